@@ -1,0 +1,290 @@
+"""The App: task registry and enqueue, async at the core with a thin sync facade."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import redis
+import redis.asyncio as aioredis
+
+from lockgate import codec
+from lockgate.broker import Producer, async_client, sync_client, translated
+from lockgate.codec import Job
+from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
+from lockgate.errors import ConfigError, InvalidArguments
+from lockgate.keys import Keys
+from lockgate.lua import AsyncScripts, SyncScripts
+from lockgate.sorted_broker import SortedProducer
+from lockgate.stream_broker import StreamProducer
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What an enqueue did.
+
+    Attributes:
+        job_id: the job's id (generated when the caller gave none).
+        created: False when a job with this id was already queued or running.
+    """
+
+    job_id: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A job built by :meth:`Task.message`, ready for :meth:`App.enqueue_many`."""
+
+    job: Job
+
+
+class Task(Generic[P, R]):
+    """A function registered on an App. Calling it runs it here; ``enqueue`` queues it."""
+
+    def __init__(
+        self, app: App, fn: Callable[P, R], *, name: str, queue: str, priority: str
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue} priority={self.priority}>"
+
+    def check_arguments(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+        """Check that arguments bind to the task's signature.
+
+        Raises:
+            InvalidArguments: they do not.
+        """
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise InvalidArguments(f"task {self.name!r}: {e}") from None
+
+    def message(
+        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+    ) -> Message:
+        """Build a job without sending it (for :meth:`App.enqueue_many`).
+
+        Args:
+            job_id: stable id; a job with the same id already queued or running makes the
+                enqueue a no-op. Defaults to a random id.
+            priority: overrides the task's level for this job.
+
+        Raises:
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority.
+        """
+        self.check_arguments(args, kwargs)
+        level = priority or self.priority
+        self.app.levels.index(level)
+        job = Job(
+            id=codec.check_job_id(job_id) if job_id is not None else uuid.uuid4().hex,
+            task=self.name,
+            queue=self.queue,
+            level=level,
+            args=list(args),
+            kwargs=kwargs,
+            enqueued=time.time(),
+        )
+        return Message(job)
+
+    def enqueue(
+        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+    ) -> EnqueueResult:
+        """Queue a run of this task (sync; for Django, Flask and scripts).
+
+        Raises:
+            InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
+        """
+        message = self.message(*args, job_id=job_id, priority=priority, **kwargs)
+        return self.app.enqueue_many([message])[0]
+
+    async def enqueue_async(
+        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+    ) -> EnqueueResult:
+        """Queue a run of this task (async).
+
+        Raises:
+            InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
+        """
+        message = self.message(*args, job_id=job_id, priority=priority, **kwargs)
+        return (await self.app.enqueue_many_async([message]))[0]
+
+
+class App:
+    """A lockgate application: where tasks are declared and jobs are enqueued.
+
+    Args:
+        redis_url: None uses ``$LOCKGATE_REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
+        namespace: prefix (and Cluster hash tag) of every key; apps sharing jobs share it.
+        levels: level name -> weight; order is precedence (first is highest).
+        backend: ``streams`` (a stream per queue and level) or ``sorted`` (one ranked set
+            per queue with aging); producers and workers must agree.
+        aging: sorted backend: seconds of waiting worth one level of precedence.
+
+    Raises:
+        ConfigError: invalid namespace, levels, backend or aging.
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        namespace: str = "default",
+        levels: Mapping[str, int] | None = None,
+        backend: Backend = "streams",
+        *,
+        aging: float | timedelta = 60.0,
+    ) -> None:
+        self.redis_url = resolve_redis_url(redis_url)
+        self.namespace = check_name(namespace, "namespace")
+        self.levels = Levels(weights=levels) if levels is not None else Levels()
+        if backend not in ("streams", "sorted"):
+            raise ConfigError(f"backend must be 'streams' or 'sorted', got {backend!r}")
+        self.backend: Backend = backend
+        self.aging_seconds = seconds(aging, "aging")
+        self.keys = Keys(self.namespace)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.producer: Producer = (
+            StreamProducer(self.keys)
+            if backend == "streams"
+            else SortedProducer(self.keys, self.levels, self.aging_seconds)
+        )
+        self._lock = threading.Lock()
+        self._sync: tuple[redis.Redis, SyncScripts] | None = None
+        self._async: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncScripts]] = {}
+
+    @property
+    def default_priority(self) -> str:
+        """The middle level (``normal`` with the default levels)."""
+        names = self.levels.names
+        return names[len(names) // 2]
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Queues the registered tasks use, in declaration order."""
+        return tuple(dict.fromkeys(task.queue for task in self.tasks.values())) or ("default",)
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, *, priority: str | None = None, queue: str = "default", name: str | None = None
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        *,
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+    ) -> Any:
+        """Register a function (sync or async) as a task.
+
+        Args:
+            priority: its level; defaults to the middle level.
+            queue: its queue.
+            name: its name on the wire; defaults to the function's name.
+
+        Raises:
+            ConfigError: unknown level, bad queue name, or a name already registered.
+        """
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
+            level = priority or self.default_priority
+            self.levels.index(level)
+            task_name = name or func.__name__
+            if task_name in self.tasks:
+                raise ConfigError(f"a task named {task_name!r} is already registered")
+            registered = Task(
+                self, func, name=task_name, queue=check_name(queue, "queue"), priority=level
+            )
+            self.tasks[task_name] = registered
+            return registered
+
+        return register(fn) if fn is not None else register
+
+    def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], Any]:
+        jobs = [message.job for message in messages]
+        return jobs, self.producer.plan_enqueue([(job, codec.encode(job)) for job in jobs])
+
+    def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
+        """Queue many jobs in one round trip (batches of 500 per script call).
+
+        Raises:
+            SerializationError: an argument has no JSON form (nothing is enqueued).
+            ConnectionFailed: Redis cannot be reached.
+        """
+        jobs, plan = self._plan(messages)
+        if not jobs:
+            return []
+        _, scripts = self._sync_client()
+        with translated(self.redis_url):
+            replies = scripts.run_all(plan.calls)
+        return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
+
+    async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
+        """Async :meth:`enqueue_many`."""
+        jobs, plan = self._plan(messages)
+        if not jobs:
+            return []
+        _, scripts = self._async_client()
+        with translated(self.redis_url):
+            replies = await scripts.run_all(plan.calls)
+        return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
+
+    def _sync_client(self) -> tuple[redis.Redis, SyncScripts]:
+        with self._lock:
+            if self._sync is None:
+                client = sync_client(self.redis_url)
+                self._sync = (client, SyncScripts(client))
+            return self._sync
+
+    def _async_client(self) -> tuple[aioredis.Redis, AsyncScripts]:
+        # redis.asyncio clients belong to one event loop; keep one per loop.
+        loop = asyncio.get_running_loop()
+        pair = self._async.get(loop)
+        if pair is None:
+            for old in [old for old in self._async if old.is_closed()]:
+                del self._async[old]
+            client = async_client(self.redis_url)
+            pair = self._async[loop] = (client, AsyncScripts(client))
+        return pair
+
+    def client(self) -> redis.Redis:
+        """The app's sync Redis client (shared; for inspection and tests)."""
+        return self._sync_client()[0]
+
+    def close(self) -> None:
+        """Close the sync client."""
+        with self._lock:
+            if self._sync is not None:
+                self._sync[0].close()
+                self._sync = None
+
+    async def aclose(self) -> None:
+        """Close this loop's async client."""
+        pair = self._async.pop(asyncio.get_running_loop(), None)
+        if pair is not None:
+            await pair[0].aclose()

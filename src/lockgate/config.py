@@ -1,0 +1,138 @@
+"""Configuration: frozen keyword-only dataclasses, grouped by concern.
+
+Durations accept ``float`` seconds or ``timedelta`` and are normalised once, here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal, cast
+
+from lockgate.errors import ConfigError
+
+Backend = Literal["streams", "sorted"]
+PolicyName = Literal["weighted", "strict"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL_ENV = "LOCKGATE_REDIS_URL"
+DEFAULT_LEVELS: Mapping[str, int] = {"critical": 10, "normal": 5, "low": 1}
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def seconds(value: float | timedelta, what: str) -> float:
+    """Normalise a duration to seconds.
+
+    Raises:
+        ConfigError: when the duration is negative or not a number.
+    """
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be seconds or a timedelta, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{what} must not be negative, got {value!r}")
+    return float(value)
+
+
+def check_name(value: str, what: str) -> str:
+    """Validate a namespace, queue or level name (it becomes part of Redis keys)."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ConfigError(
+            f"{what} {value!r} must be 1-64 characters of letters, digits, '_', '.' or '-'"
+        )
+    return value
+
+
+def resolve_redis_url(url: str | None) -> str:
+    """The URL to use: the argument, else ``$LOCKGATE_REDIS_URL``, else the local default."""
+    return url or os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+
+
+@dataclass(frozen=True, kw_only=True)
+class Levels:
+    """Priority levels: order is precedence (first is highest), value is the weight."""
+
+    weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LEVELS))
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            raise ConfigError("levels must name at least one level")
+        for name, weight in self.weights.items():
+            check_name(name, "level")
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ConfigError(f"level {name!r} needs a whole weight >= 1, got {weight!r}")
+        object.__setattr__(self, "weights", dict(self.weights))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Level names, highest precedence first."""
+        return tuple(self.weights)
+
+    def index(self, name: str) -> int:
+        """Position of a level (0 is the highest).
+
+        Raises:
+            ConfigError: the level is not declared.
+        """
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise ConfigError(
+                f"unknown priority {name!r}; declared levels: {', '.join(self.names)}"
+            ) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """How a worker runs.
+
+    Attributes:
+        concurrency: jobs run at once (async tasks on the loop, sync ones in threads).
+        policy: ``weighted`` (shares follow the level weights) or ``strict``.
+        queues: queue names to serve; empty means every queue the app's tasks use.
+        grace_period: how long a stopping worker lets running jobs finish.
+        idle_wait: the longest single blocking wait for new work.
+        lease: sorted backend: how long a taken job stays reserved without a heartbeat.
+    """
+
+    concurrency: int = 8
+    policy: PolicyName = "weighted"
+    queues: tuple[str, ...] = ()
+    grace_period: float | timedelta = 30.0
+    idle_wait: float | timedelta = 5.0
+    lease: float | timedelta = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.policy not in ("weighted", "strict"):
+            raise ConfigError(f"policy must be 'weighted' or 'strict', got {self.policy!r}")
+        for queue in self.queues:
+            check_name(queue, "queue")
+        object.__setattr__(self, "grace_period", seconds(self.grace_period, "grace_period"))
+        object.__setattr__(self, "idle_wait", seconds(self.idle_wait, "idle_wait"))
+        lease = seconds(self.lease, "lease")
+        if lease < 0.1:
+            raise ConfigError(f"lease must be at least 0.1 s, got {lease}")
+        object.__setattr__(self, "lease", lease)
+
+    @property
+    def grace_seconds(self) -> float:
+        """Grace period in seconds."""
+        return cast(float, self.grace_period)  # normalised in __post_init__
+
+    @property
+    def idle_wait_seconds(self) -> float:
+        """Idle wait in seconds."""
+        return cast(float, self.idle_wait)  # normalised in __post_init__
+
+    @property
+    def lease_seconds(self) -> float:
+        """Lease in seconds."""
+        return cast(float, self.lease)  # normalised in __post_init__

@@ -1,0 +1,64 @@
+"""The one error hierarchy of lockgate.
+
+```
+LockgateError
+├── ConfigError            bad levels, unknown priority, duplicate task, bad option value
+├── BrokerError            anything the Redis side refused
+│   ├── ConnectionFailed   the server at a URL could not be reached
+│   └── ScriptError        a Lua script failed
+├── SerializationError     a payload cannot be encoded or decoded
+├── TaskNotFound           a message names a task this app does not know
+├── InvalidArguments       arguments that do not fit the task (also a TypeError)
+└── AlreadyProcessed       an idempotent job or step already ran
+```
+
+redis-py errors are translated at the broker boundary only, with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+
+class LockgateError(Exception):
+    """Root of every error that lockgate raises on purpose."""
+
+
+class ConfigError(LockgateError):
+    """A configuration value or a task declaration is invalid."""
+
+
+class BrokerError(LockgateError):
+    """Redis refused an operation."""
+
+
+class ConnectionFailed(BrokerError):
+    """The Redis server at ``url`` could not be reached.
+
+    Args:
+        url: the URL that failed, with any password masked.
+        reason: what the client said.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot connect to Redis at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class ScriptError(BrokerError):
+    """A lockgate Lua script failed on the server."""
+
+
+class SerializationError(LockgateError):
+    """A job payload cannot be encoded, or a stored entry cannot be decoded."""
+
+
+class TaskNotFound(LockgateError):
+    """A message names a task that is not registered on this app."""
+
+
+class AlreadyProcessed(LockgateError):
+    """The idempotency key of a job or step is already marked done."""
+
+
+class InvalidArguments(LockgateError, TypeError):
+    """A job's arguments do not fit its task's signature."""

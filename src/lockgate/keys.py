@@ -1,0 +1,78 @@
+"""Every Redis key name lockgate uses, in one place.
+
+All keys of a namespace share the hash tag ``{namespace}``, so every script's keys live in
+one Redis Cluster slot. Nothing outside this module builds a key name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "lockgate"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names for one namespace."""
+
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        """Common prefix; the braces make the namespace the Cluster hash tag."""
+        return f"lockgate:{{{self.namespace}}}"
+
+    def stream(self, queue: str, level: str) -> str:
+        """The stream holding one queue's jobs of one priority level."""
+        return f"{self.prefix}:stream:{queue}:{level}"
+
+    def job(self, job_id: str) -> str:
+        """Marker that a job id is queued or running (the enqueue dedup key)."""
+        return f"{self.prefix}:job:{job_id}"
+
+    def sorted_waiting(self, queue: str) -> str:
+        """Sorted backend: job ids waiting, scored by rank (lower runs first)."""
+        return f"{self.prefix}:sorted:{queue}:waiting"
+
+    def sorted_inflight(self, queue: str) -> str:
+        """Sorted backend: job ids taken by a worker, scored by lease deadline (ms)."""
+        return f"{self.prefix}:sorted:{queue}:inflight"
+
+    def sorted_payloads(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> encoded job."""
+        return f"{self.prefix}:sorted:{queue}:payloads"
+
+    def sorted_ranks(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> original rank, restored when a lease expires."""
+        return f"{self.prefix}:sorted:{queue}:ranks"
+
+    def sorted_clock(self, queue: str) -> str:
+        """Sorted backend: last enqueue stamp (us), so stamps strictly increase (FIFO)."""
+        return f"{self.prefix}:sorted:{queue}:clock"
+
+    def sorted_wakeup(self, queue: str) -> str:
+        """Sorted backend: short list pushed on enqueue; idle workers block on it."""
+        return f"{self.prefix}:sorted:{queue}:wakeup"
+
+    def sorted_keys(self, queue: str) -> SortedKeys:
+        """All keys of one sorted-backend queue."""
+        return SortedKeys(
+            waiting=self.sorted_waiting(queue),
+            inflight=self.sorted_inflight(queue),
+            payloads=self.sorted_payloads(queue),
+            ranks=self.sorted_ranks(queue),
+            clock=self.sorted_clock(queue),
+            wakeup=self.sorted_wakeup(queue),
+        )
+
+
+@dataclass(frozen=True)
+class SortedKeys:
+    """The keys of one sorted-backend queue."""
+
+    waiting: str
+    inflight: str
+    payloads: str
+    ranks: str
+    clock: str
+    wakeup: str

@@ -1,0 +1,72 @@
+-- read_stream.lua: one read for a worker with free slots, following a policy's plan.
+-- KEYS: the streams to serve, highest level first
+-- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
+--       level index (1-based) of each key (#KEYS values)
+-- Touches: XREADGROUP on the streams (creates the group at id 0 when missing, so jobs
+--          enqueued before any worker started are delivered); XINFO when nothing was read.
+-- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
+-- so no slot stays idle while any stream has work and precedence holds within each pass.
+-- Returns: {dry, entries, last_ids}. dry[k] = 1 when stream k returned fewer than asked;
+--          entries = flat {key index, entry id, fields} triples; last_ids = each stream's
+--          last generated id when nothing was read (for a blocking XREAD wake-up), else {}.
+local group, consumer = ARGV[1], ARGV[2]
+local remaining = tonumber(ARGV[3])
+local nlevels = tonumber(ARGV[4])
+local quota = {}
+for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
+
+local dry, entries = {}, {}
+for k = 1, #KEYS do dry[k] = 0 end
+
+local function read(k, count)
+  local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', KEYS[k], '>'}
+  local reply = redis.pcall(unpack(args))
+  if type(reply) == 'table' and reply.err then
+    if not string.find(reply.err, 'NOGROUP', 1, true) then
+      return redis.error_reply(reply.err)
+    end
+    redis.call('XGROUP', 'CREATE', KEYS[k], group, '0', 'MKSTREAM')
+    reply = redis.call(unpack(args))
+  end
+  local got = 0
+  if reply then
+    for _, entry in ipairs(reply[1][2]) do
+      entries[#entries + 1] = k
+      entries[#entries + 1] = entry[1]
+      entries[#entries + 1] = entry[2]
+      got = got + 1
+    end
+  end
+  if got < count then dry[k] = 1 end
+  return got
+end
+
+for k = 1, #KEYS do
+  local level = tonumber(ARGV[4 + nlevels + k])
+  local want = math.min(quota[level], remaining)
+  if want > 0 then
+    local got = read(k, want)
+    if type(got) == 'table' then return got end
+    quota[level] = quota[level] - got
+    remaining = remaining - got
+  end
+end
+for k = 1, #KEYS do
+  if remaining <= 0 then break end
+  if dry[k] == 0 then
+    local got = read(k, remaining)
+    if type(got) == 'table' then return got end
+    remaining = remaining - got
+  end
+end
+
+local last_ids = {}
+if #entries == 0 then
+  for k = 1, #KEYS do
+    local info = redis.call('XINFO', 'STREAM', KEYS[k])
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last_ids[k] = info[i + 1] end
+    end
+  end
+end
+return {dry, entries, last_ids}
