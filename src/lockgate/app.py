@@ -239,7 +239,7 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        _, scripts = self._sync_client()
+        _, scripts = self.sync_connection()
         with translated(self.redis_url):
             replies = scripts.run_all(plan.calls)
         return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
@@ -249,19 +249,21 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        _, scripts = self._async_client()
+        _, scripts = self.async_connection()
         with translated(self.redis_url):
             replies = await scripts.run_all(plan.calls)
         return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
 
-    def _sync_client(self) -> tuple[redis.Redis, SyncScripts]:
+    def sync_connection(self) -> tuple[redis.Redis, SyncScripts]:
+        """The app's shared sync client and its scripts (created on first use)."""
         with self._lock:
             if self._sync is None:
                 client = sync_client(self.redis_url)
                 self._sync = (client, SyncScripts(client))
             return self._sync
 
-    def _async_client(self) -> tuple[aioredis.Redis, AsyncScripts]:
+    def async_connection(self) -> tuple[aioredis.Redis, AsyncScripts]:
+        """The running loop's async client and its scripts (created on first use)."""
         # redis.asyncio clients belong to one event loop; keep one per loop.
         loop = asyncio.get_running_loop()
         pair = self._async.get(loop)
@@ -274,7 +276,7 @@ class App:
 
     def client(self) -> redis.Redis:
         """The app's sync Redis client (shared; for inspection and tests)."""
-        return self._sync_client()[0]
+        return self.sync_connection()[0]
 
     def close(self) -> None:
         """Close the sync client."""

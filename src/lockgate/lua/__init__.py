@@ -27,6 +27,8 @@ ScriptName = Literal[
     "take_sorted",
     "ack_sorted",
     "extend_sorted",
+    "stats_stream",
+    "stats_sorted",
 ]
 Arg = str | bytes | int | float
 

@@ -1,0 +1,5 @@
+"""``python -m lockgate`` runs the CLI."""
+
+from lockgate.cli import main
+
+main()

@@ -1,0 +1,31 @@
+-- stats_stream.lua: a consistent snapshot of some streams for `lockgate stats`. Read-only.
+-- KEYS: the streams
+-- ARGV: ARGV[1] = group
+-- Touches: nothing (XLEN, XINFO GROUPS, XRANGE, TIME).
+-- Returns: {now_ms, rows}: rows = flat {length, pending, consumers, oldest waiting id or ''}
+--          per stream; a missing stream or group counts as empty or not yet read.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rows = {}
+for k = 1, #KEYS do
+  local length, pending, consumers, oldest = 0, 0, 0, ''
+  if redis.call('EXISTS', KEYS[k]) == 1 then
+    length = redis.call('XLEN', KEYS[k])
+    local after = '-'
+    for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[k])) do
+      local info = {}
+      for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+      if info['name'] == ARGV[1] then
+        pending, consumers = info['pending'], info['consumers']
+        after = '(' .. info['last-delivered-id']
+      end
+    end
+    local first = redis.call('XRANGE', KEYS[k], after, '+', 'COUNT', 1)
+    if #first == 1 then oldest = first[1][1] end
+  end
+  rows[#rows + 1] = length
+  rows[#rows + 1] = pending
+  rows[#rows + 1] = consumers
+  rows[#rows + 1] = oldest
+end
+return {now, rows}
