@@ -19,7 +19,7 @@ from rich.table import Table
 from lockgate.app import App
 from lockgate.broker import masked
 from lockgate.config import REDIS_URL_ENV, WorkerConfig
-from lockgate.errors import ConfigError, ConnectionFailed, LockgateError
+from lockgate.errors import ConfigError, ConnectionFailed, InvalidArguments, LockgateError
 from lockgate.inspect import queue_stats
 from lockgate.worker import Worker
 
@@ -62,7 +62,7 @@ def reported_errors() -> Iterator[None]:
     """Turn lockgate's errors into one line on stderr and exit code 2, not a traceback."""
     try:
         yield
-    except (ConnectionFailed, ConfigError) as e:
+    except (ConnectionFailed, ConfigError, InvalidArguments) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_USAGE)
     except LockgateError as e:
