@@ -102,3 +102,8 @@ def aging_boost_us(level_index: int, levels: int, aging_seconds: float) -> int:
     that much longer than a critical one runs first: aging, and nothing starves.
     """
     return round((levels - 1 - level_index) * aging_seconds * 1_000_000)
+
+
+def reconnect_delay(failures: int, *, base: float = 0.1, cap: float = 5.0) -> float:
+    """Seconds to wait before the next try after ``failures`` consecutive failures."""
+    return float(min(cap, base * 2.0 ** min(failures, 16)))

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ from lockgate.broker import Consumer, Delivery, async_client, translated
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, set_current
 from lockgate.errors import ConnectionFailed, InvalidArguments
-from lockgate.policy import ReadPolicy, StrictPolicy, make_policy
+from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.sorted_broker import SortedConsumer
 from lockgate.stream_broker import StreamConsumer
 
@@ -112,22 +113,30 @@ class Worker:
     async def _fetch_loop(self, policy: ReadPolicy) -> None:
         assert self._consumer is not None
         concurrency = self.config.concurrency
+        failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
             free = concurrency - len(self._running)
             if free <= 0:
                 await self._wake.wait()
                 continue
-            result = await self._consumer.read(free, policy.plan(free))
-            policy.record(result.taken, result.dry)
-            for delivery in result.deliveries:
-                task = asyncio.create_task(self._execute(delivery))
-                self._running[task] = delivery
-                task.add_done_callback(self._finished)
-            if not result.deliveries:
-                await self._unless_stopping(
-                    self._consumer.wait_for_work(self.config.idle_wait_seconds)
-                )
+            try:
+                result = await self._consumer.read(free, policy.plan(free))
+                policy.record(result.taken, result.dry)
+                for delivery in result.deliveries:
+                    task = asyncio.create_task(self._execute(delivery))
+                    self._running[task] = delivery
+                    task.add_done_callback(self._finished)
+                if not result.deliveries:
+                    await self._unless_stopping(
+                        self._consumer.wait_for_work(self.config.idle_wait_seconds)
+                    )
+                failures = 0
+            except ConnectionFailed as e:
+                delay = reconnect_delay(failures)
+                failures += 1
+                log.error("%s; retrying in %.1fs", e, delay)
+                await self._unless_stopping(asyncio.sleep(delay))
 
     async def _unless_stopping(self, waiting: Awaitable[None]) -> None:
         """Await ``waiting``, abandoning it when a stop is requested."""
@@ -168,7 +177,15 @@ class Worker:
                 call = functools.partial(task.fn, *job.args, **job.kwargs)
                 context = contextvars.copy_context()
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._pool, context.run, call)
+                returned = await loop.run_in_executor(self._pool, context.run, call)
+                if inspect.isawaitable(returned):
+                    close = getattr(returned, "close", None)
+                    if close is not None:
+                        close()  # a coroutine never awaited would warn later, far from here
+                    raise TypeError(
+                        f"task {task.name!r} is a plain function that returned an awaitable; "
+                        "declare it with 'async def' so the worker awaits it"
+                    )
         except asyncio.CancelledError:
             log.warning("job %s (%s) stopped before it finished; left pending", job.id, job.task)
             raise
