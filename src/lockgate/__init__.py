@@ -10,15 +10,18 @@ from lockgate.errors import (
     ConnectionFailed,
     InvalidArguments,
     LockgateError,
+    RetryableError,
     ScriptError,
     SerializationError,
     TaskNotFound,
 )
+from lockgate.retry import Backoff
 from lockgate.worker import Worker
 
 __all__ = [
     "AlreadyProcessed",
     "App",
+    "Backoff",
     "BrokerError",
     "ConfigError",
     "ConnectionFailed",
@@ -27,6 +30,7 @@ __all__ = [
     "JobContext",
     "LockgateError",
     "Message",
+    "RetryableError",
     "ScriptError",
     "SerializationError",
     "Task",

@@ -9,19 +9,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import redis
 import redis.asyncio as aioredis
 
 from lockgate import codec
-from lockgate.broker import Producer, async_client, sync_client, translated
+from lockgate.broker import EnqueuePlan, Outgoing, Producer, async_client, sync_client, translated
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
-from lockgate.errors import ConfigError, InvalidArguments
+from lockgate.errors import ConfigError, InvalidArguments, SerializationError
 from lockgate.keys import Keys
 from lockgate.lua import AsyncScripts, SyncScripts
+from lockgate.retry import Backoff, RetryPolicy
 from lockgate.sorted_broker import SortedProducer
 from lockgate.stream_broker import StreamProducer
 
@@ -44,22 +45,36 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A job built by :meth:`Task.message`, ready for :meth:`App.enqueue_many`."""
+    """A job built by :meth:`Task.message`, ready for :meth:`App.enqueue_many`.
+
+    Attributes:
+        job: the job.
+        delay: seconds before it may run (0: now).
+    """
 
     job: Job
+    delay: float = 0.0
 
 
 class Task(Generic[P, R]):
     """A function registered on an App. Calling it runs it here; ``enqueue`` queues it."""
 
     def __init__(
-        self, app: App, fn: Callable[P, R], *, name: str, queue: str, priority: str
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        priority: str,
+        retry: RetryPolicy,
     ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.queue = queue
         self.priority = priority
+        self.retry = retry
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
 
@@ -81,18 +96,26 @@ class Task(Generic[P, R]):
             raise InvalidArguments(f"task {self.name!r}: {e}") from None
 
     def message(
-        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
     ) -> Message:
         """Build a job without sending it (for :meth:`App.enqueue_many`).
 
         Args:
-            job_id: stable id; a job with the same id already queued or running makes the
-                enqueue a no-op. Defaults to a random id.
+            job_id: stable id; a job with the same id already queued, delayed or running
+                makes the enqueue a no-op. Defaults to a random id.
             priority: overrides the task's level for this job.
+            delay: seconds (or a timedelta) before the job may run.
+            eta: when the job may run (an aware datetime; naive means UTC).
 
         Raises:
             InvalidArguments: the arguments do not fit the task.
-            ConfigError: unknown priority.
+            ConfigError: unknown priority, or both delay and eta.
         """
         self.check_arguments(args, kwargs)
         level = priority or self.priority
@@ -106,29 +129,61 @@ class Task(Generic[P, R]):
             kwargs=kwargs,
             enqueued=time.time(),
         )
-        return Message(job)
+        return Message(job, start_delay(delay, eta, job.enqueued))
 
     def enqueue(
-        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
     ) -> EnqueueResult:
         """Queue a run of this task (sync; for Django, Flask and scripts).
 
+        Takes the arguments of :meth:`message`.
+
         Raises:
             InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
         """
-        message = self.message(*args, job_id=job_id, priority=priority, **kwargs)
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
         return self.app.enqueue_many([message])[0]
 
     async def enqueue_async(
-        self, *args: Any, job_id: str | None = None, priority: str | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
     ) -> EnqueueResult:
-        """Queue a run of this task (async).
+        """Queue a run of this task (async). Takes the arguments of :meth:`message`.
 
         Raises:
             InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
         """
-        message = self.message(*args, job_id=job_id, priority=priority, **kwargs)
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
         return (await self.app.enqueue_many_async([message]))[0]
+
+
+def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:
+    """Seconds from ``now`` until a job may run.
+
+    Raises:
+        ConfigError: both or a negative delay given.
+    """
+    if delay is not None and eta is not None:
+        raise ConfigError("give delay or eta, not both")
+    if eta is not None:
+        moment = eta if eta.tzinfo is not None else eta.replace(tzinfo=UTC)
+        return max(0.0, moment.timestamp() - now)
+    return seconds(delay, "delay") if delay is not None else 0.0
 
 
 class App:
@@ -141,9 +196,10 @@ class App:
         backend: ``streams`` (a stream per queue and level) or ``sorted`` (one ranked set
             per queue with aging); producers and workers must agree.
         aging: sorted backend: seconds of waiting worth one level of precedence.
+        max_payload_bytes: largest encoded job accepted by enqueue.
 
     Raises:
-        ConfigError: invalid namespace, levels, backend or aging.
+        ConfigError: invalid namespace, levels, backend, aging or payload limit.
     """
 
     def __init__(
@@ -154,6 +210,7 @@ class App:
         backend: Backend = "streams",
         *,
         aging: float | timedelta = 60.0,
+        max_payload_bytes: int = 1_048_576,
     ) -> None:
         self.redis_url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
@@ -162,6 +219,11 @@ class App:
             raise ConfigError(f"backend must be 'streams' or 'sorted', got {backend!r}")
         self.backend: Backend = backend
         self.aging_seconds = seconds(aging, "aging")
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
+            raise ConfigError(f"max_payload_bytes must be a whole number: {max_payload_bytes!r}")
+        if max_payload_bytes < 64:
+            raise ConfigError(f"max_payload_bytes must be >= 64, got {max_payload_bytes}")
+        self.max_payload_bytes = max_payload_bytes
         self.keys = Keys(self.namespace)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer: Producer = (
@@ -189,7 +251,15 @@ class App:
 
     @overload
     def task(
-        self, *, priority: str | None = None, queue: str = "default", name: str | None = None
+        self,
+        *,
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -199,6 +269,10 @@ class App:
         priority: str | None = None,
         queue: str = "default",
         name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
     ) -> Any:
         """Register a function (sync or async) as a task.
 
@@ -206,10 +280,23 @@ class App:
             priority: its level; defaults to the middle level.
             queue: its queue.
             name: its name on the wire; defaults to the function's name.
+            retries: how often a job that raised ``RetryableError`` (or a ``retry_on``
+                type, or ran over ``timeout``) is retried before it is dead-lettered.
+            backoff: a :class:`Backoff`, or the first retry's delay ceiling in seconds
+                (doubling per attempt, capped at 5 minutes, full jitter).
+            timeout: longest run; async runs are cancelled, sync ones abandoned.
+            retry_on: exception types retried like ``RetryableError``.
 
         Raises:
-            ConfigError: unknown level, bad queue name, or a name already registered.
+            ConfigError: unknown level, bad queue name, a name already registered, or a
+                bad retry option.
         """
+        retry = RetryPolicy(
+            retries=retries,
+            backoff=backoff if isinstance(backoff, Backoff) else Backoff(base=backoff),
+            retry_on=tuple(retry_on),
+            timeout=seconds(timeout, "timeout") if timeout is not None else None,
+        )
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
@@ -218,16 +305,30 @@ class App:
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             registered = Task(
-                self, func, name=task_name, queue=check_name(queue, "queue"), priority=level
+                self,
+                func,
+                name=task_name,
+                queue=check_name(queue, "queue"),
+                priority=level,
+                retry=retry,
             )
             self.tasks[task_name] = registered
             return registered
 
         return register(fn) if fn is not None else register
 
-    def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], Any]:
-        jobs = [message.job for message in messages]
-        return jobs, self.producer.plan_enqueue([(job, codec.encode(job)) for job in jobs])
+    def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], EnqueuePlan]:
+        messages = list(messages)
+        outgoing = []
+        for message in messages:
+            data = codec.encode(message.job)
+            if len(data) > self.max_payload_bytes:
+                raise SerializationError(
+                    f"job {message.job.id!r} of task {message.job.task!r} is {len(data)} "
+                    f"bytes encoded, over the limit of {self.max_payload_bytes}"
+                )
+            outgoing.append(Outgoing(message.job, data, round(message.delay * 1000)))
+        return [m.job for m in messages], self.producer.plan_enqueue(outgoing)
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Queue many jobs in one round trip (batches of 500 per script call).

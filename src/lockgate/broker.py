@@ -8,7 +8,7 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -35,6 +35,8 @@ class Delivery:
         job: the decoded job, or None when the entry could not be decoded.
         error: why ``job`` is None.
         job_id: the job id, as far as it could be read (for logs).
+        raw: the stored job bytes, as read (kept for the dead-letter queue).
+        deliveries: how many times the entry was handed to a worker (1 on a first read).
     """
 
     queue: str
@@ -44,15 +46,27 @@ class Delivery:
     job: Job | None
     error: str | None = None
     job_id: str = "?"
+    raw: bytes | None = None
+    deliveries: int = 1
 
 
 @dataclass(slots=True)
 class ReadResult:
-    """What one read took."""
+    """What one read took; ``next_due``: seconds until a delayed job or lease is due."""
 
     deliveries: list[Delivery] = field(default_factory=list)
     taken: list[int] = field(default_factory=list)
     dry: list[bool] = field(default_factory=list)
+    next_due: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A job on its way in: the job, its encoding, and its delay in ms (0: run now)."""
+
+    job: Job
+    data: bytes
+    delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +91,8 @@ class EnqueuePlan:
 class Producer(Protocol):
     """Pure builder of enqueue script calls for one backend."""
 
-    def plan_enqueue(self, jobs: Sequence[tuple[Job, bytes]]) -> EnqueuePlan:
-        """Calls that enqueue these (job, encoded job) pairs, in batches."""
+    def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
+        """Calls that enqueue these jobs, in batches."""
 
 
 class Consumer(Protocol):
@@ -92,6 +106,18 @@ class Consumer(Protocol):
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Mark deliveries done: acknowledged, deleted, job ids freed."""
+
+    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
+        """Replace a delivery by the job's next attempt, due in ``delay`` seconds."""
+
+    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
+        """Move a delivery to the dead-letter stream with the fields of ``record``."""
+
+    async def reclaim(self, min_idle: float) -> Delivery | None:
+        """Take over one job another worker left (streams); None when there is none."""
+
+    async def forget_consumers(self, min_idle: float) -> int:
+        """Remove consumers that are gone and own nothing."""
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
         """Keep running deliveries from being handed to another worker."""

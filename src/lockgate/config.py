@@ -96,7 +96,11 @@ class WorkerConfig:
         queues: queue names to serve; empty means every queue the app's tasks use.
         grace_period: how long a stopping worker lets running jobs finish.
         idle_wait: the longest single blocking wait for new work.
-        lease: sorted backend: how long a taken job stays reserved without a heartbeat.
+        visibility_timeout: how long a job taken by a worker that stopped heartbeating (it
+            died) stays invisible before another worker takes it over. Running jobs are
+            heartbeated every third of it, so it bounds recovery time, not job length.
+        max_deliveries: a job delivered more often than this (it keeps killing its
+            worker) goes to the dead-letter queue.
     """
 
     concurrency: int = 8
@@ -104,7 +108,8 @@ class WorkerConfig:
     queues: tuple[str, ...] = ()
     grace_period: float | timedelta = 30.0
     idle_wait: float | timedelta = 5.0
-    lease: float | timedelta = 30.0
+    visibility_timeout: float | timedelta = 30.0
+    max_deliveries: int = 5
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -117,10 +122,14 @@ class WorkerConfig:
             check_name(queue, "queue")
         object.__setattr__(self, "grace_period", seconds(self.grace_period, "grace_period"))
         object.__setattr__(self, "idle_wait", seconds(self.idle_wait, "idle_wait"))
-        lease = seconds(self.lease, "lease")
-        if lease < 0.1:
-            raise ConfigError(f"lease must be at least 0.1 s, got {lease}")
-        object.__setattr__(self, "lease", lease)
+        visibility = seconds(self.visibility_timeout, "visibility_timeout")
+        if visibility < 0.1:
+            raise ConfigError(f"visibility_timeout must be at least 0.1 s, got {visibility}")
+        object.__setattr__(self, "visibility_timeout", visibility)
+        if isinstance(self.max_deliveries, bool) or not isinstance(self.max_deliveries, int):
+            raise ConfigError(f"max_deliveries must be a whole number: {self.max_deliveries!r}")
+        if self.max_deliveries < 1:
+            raise ConfigError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
 
     @property
     def grace_seconds(self) -> float:
@@ -133,6 +142,6 @@ class WorkerConfig:
         return cast(float, self.idle_wait)  # normalised in __post_init__
 
     @property
-    def lease_seconds(self) -> float:
-        """Lease in seconds."""
-        return cast(float, self.lease)  # normalised in __post_init__
+    def visibility_seconds(self) -> float:
+        """Visibility timeout in seconds."""
+        return cast(float, self.visibility_timeout)  # normalised in __post_init__

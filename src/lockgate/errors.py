@@ -9,13 +9,16 @@ LockgateError
 ├── SerializationError     a payload cannot be encoded or decoded
 ├── TaskNotFound           a message names a task this app does not know
 ├── InvalidArguments       arguments that do not fit the task (also a TypeError)
-└── AlreadyProcessed       an idempotent job or step already ran
+├── AlreadyProcessed       an idempotent job or step already ran
+└── RetryableError         control flow: raise it in a task to have the job retried later
 ```
 
 redis-py errors are translated at the broker boundary only, with ``raise ... from e``.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 
 class LockgateError(Exception):
@@ -62,3 +65,20 @@ class AlreadyProcessed(LockgateError):
 
 class InvalidArguments(LockgateError, TypeError):
     """A job's arguments do not fit its task's signature."""
+
+
+class RetryableError(LockgateError):
+    """Raise in a task to retry the job with backoff (or after ``delay`` seconds).
+
+    Args:
+        message: what went wrong.
+        delay: seconds (or a timedelta) to wait instead of the task's backoff.
+    """
+
+    def __init__(self, message: str = "", *, delay: float | timedelta | None = None) -> None:
+        super().__init__(message)
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        if delay is not None and delay < 0:
+            raise ValueError(f"delay must not be negative, got {delay}")
+        self.delay = delay

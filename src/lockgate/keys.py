@@ -26,6 +26,17 @@ class Keys:
         """The stream holding one queue's jobs of one priority level."""
         return f"{self.prefix}:stream:{queue}:{level}"
 
+    def delayed(self, queue: str, level: str) -> str:
+        """Jobs of one stream waiting for a due time (retries, delayed enqueues).
+
+        A sorted set of encoded jobs scored by due time in server milliseconds.
+        """
+        return f"{self.prefix}:delayed:{queue}:{level}"
+
+    def dead(self) -> str:
+        """The dead-letter stream of the namespace."""
+        return f"{self.prefix}:dead"
+
     def job(self, job_id: str) -> str:
         """Marker that a job id is queued or running (the enqueue dedup key)."""
         return f"{self.prefix}:job:{job_id}"
@@ -50,6 +61,14 @@ class Keys:
         """Sorted backend: last enqueue stamp (us), so stamps strictly increase (FIFO)."""
         return f"{self.prefix}:sorted:{queue}:clock"
 
+    def sorted_delayed(self, queue: str) -> str:
+        """Sorted backend: job ids waiting for a due time, scored by due ms (server clock)."""
+        return f"{self.prefix}:sorted:{queue}:delayed"
+
+    def sorted_deliveries(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> how many times it was taken."""
+        return f"{self.prefix}:sorted:{queue}:deliveries"
+
     def sorted_wakeup(self, queue: str) -> str:
         """Sorted backend: short list pushed on enqueue; idle workers block on it."""
         return f"{self.prefix}:sorted:{queue}:wakeup"
@@ -63,6 +82,8 @@ class Keys:
             ranks=self.sorted_ranks(queue),
             clock=self.sorted_clock(queue),
             wakeup=self.sorted_wakeup(queue),
+            delayed=self.sorted_delayed(queue),
+            deliveries=self.sorted_deliveries(queue),
         )
 
 
@@ -76,3 +97,5 @@ class SortedKeys:
     ranks: str
     clock: str
     wakeup: str
+    delayed: str
+    deliveries: str

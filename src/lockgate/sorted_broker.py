@@ -11,17 +11,25 @@ every enqueue, and otherwise wake only when the earliest lease is due: no busy p
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
 
 from lockgate import codec
-from lockgate.broker import Delivery, EnqueuePlan, ReadResult, batches, text, translated
+from lockgate.broker import (
+    Delivery,
+    EnqueuePlan,
+    Outgoing,
+    ReadResult,
+    batches,
+    text,
+    translated,
+)
 from lockgate.codec import Job
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
 from lockgate.keys import Keys
-from lockgate.lua import AsyncScripts, ScriptCall
+from lockgate.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.policy import aging_boost_us
 
 
@@ -33,22 +41,25 @@ class SortedProducer:
         self._levels = levels
         self._aging = aging_seconds
 
-    def plan_enqueue(self, jobs: Sequence[tuple[Job, bytes]]) -> EnqueuePlan:
+    def boost(self, level: str) -> int:
+        """A level's head start in microseconds."""
+        return aging_boost_us(self._levels.index(level), len(self._levels.names), self._aging)
+
+    def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         by_queue: dict[str, list[int]] = defaultdict(list)
-        for position, (job, _) in enumerate(jobs):
-            by_queue[job.queue].append(position)
+        for position, outgoing in enumerate(jobs):
+            by_queue[outgoing.job.queue].append(position)
         calls, positions = [], []
-        count = len(self._levels.names)
         for queue, members in by_queue.items():
             q = self._keys.sorted_keys(queue)
             for batch in batches(len(members)):
-                script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup]
+                script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup, q.delayed]
                 args: list[str | bytes | int] = []
                 for i in batch:
-                    job, data = jobs[members[i]]
+                    outgoing = jobs[members[i]]
+                    job = outgoing.job
                     script_keys.append(self._keys.job(job.id))
-                    boost = aging_boost_us(self._levels.index(job.level), count, self._aging)
-                    args += [job.id, boost, data]
+                    args += [job.id, self.boost(job.level), outgoing.data, outgoing.delay_ms]
                 calls.append(ScriptCall("enqueue_sorted", script_keys, args))
                 positions.append([members[i] for i in batch])
         return EnqueuePlan(calls, positions)
@@ -66,6 +77,7 @@ class SortedConsumer:
         levels: Levels,
         queues: Sequence[str],
         lease_seconds: float,
+        producer: SortedProducer,
     ) -> None:
         self._client = client
         self._scripts = AsyncScripts(client)
@@ -75,30 +87,32 @@ class SortedConsumer:
         self._queues = list(queues)
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._turn = 0
-        self._next_deadline: float | None = None
+        self._producer = producer
 
     async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
         shift = self._turn % len(self._queues)
         self._turn += 1
         queues = self._queues[shift:] + self._queues[:shift]
         result = ReadResult(taken=[0] * len(self._levels.names), dry=[])
-        self._next_deadline = None
         for queue in queues:
             q = self._keys.sorted_keys(queue)
             call = ScriptCall(
                 "take_sorted",
-                [q.waiting, q.inflight, q.payloads, q.ranks],
+                [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries],
                 [free - len(result.deliveries), self._lease_ms],
             )
             with translated(self._url):
-                taken, _returned, next_deadline = await self._scripts.run(call)
-            if next_deadline >= 0:
-                due = next_deadline / 1000
-                self._next_deadline = min(self._next_deadline or due, due)
-            for i in range(0, len(taken), 2):
+                taken, _returned, next_ms = await self._scripts.run(call)
+            if next_ms >= 0:
+                due = next_ms / 1000
+                result.next_due = due if result.next_due is None else min(result.next_due, due)
+            for i in range(0, len(taken), 3):
                 delivery = self._delivery(queue, text(taken[i]), taken[i + 1])
+                delivery.deliveries = int(taken[i + 2])
                 result.deliveries.append(delivery)
                 result.taken[delivery.level] += 1
+            if any(d.deliveries > 1 for d in result.deliveries):
+                break  # a job taken before runs alone: take nothing more now
         return result
 
     def _delivery(self, queue: str, job_id: str, data: bytes | None) -> Delivery:
@@ -107,13 +121,11 @@ class SortedConsumer:
         try:
             job = codec.decode(data)
         except SerializationError as e:
-            return Delivery(queue, 0, queue, job_id, None, str(e), job_id)
+            return Delivery(queue, 0, queue, job_id, None, str(e), job_id, data)
         level = self._levels.names.index(job.level) if job.level in self._levels.weights else 0
-        return Delivery(queue, level, queue, job_id, job, None, job_id)
+        return Delivery(queue, level, queue, job_id, job, None, job_id, data)
 
     async def wait_for_work(self, timeout: float) -> None:
-        if self._next_deadline is not None:
-            timeout = min(timeout, self._next_deadline + 0.01)
         wakeups = [self._keys.sorted_wakeup(queue) for queue in self._queues]
         with translated(self._url):
             # BLPOP's timeout is in seconds and accepts fractions since Redis 6.0.
@@ -127,11 +139,39 @@ class SortedConsumer:
         for queue, job_ids in by_queue.items():
             q = self._keys.sorted_keys(queue)
             markers = [self._keys.job(job_id) for job_id in job_ids]
-            calls.append(
-                ScriptCall("ack_sorted", [q.inflight, q.payloads, q.ranks, *markers], job_ids)
-            )
+            keys = [q.inflight, q.payloads, q.ranks, q.deliveries, *markers]
+            calls.append(ScriptCall("ack_sorted", keys, job_ids))
         with translated(self._url):
             await self._scripts.run_all(calls)
+
+    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
+        q = self._keys.sorted_keys(delivery.queue)
+        delay_ms = max(0, round(delay * 1000))
+        args: list[Arg] = [
+            delivery.ref,
+            codec.encode(job),
+            delay_ms,
+            self._producer.boost(job.level),
+        ]
+        keys = [q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries]
+        with translated(self._url):
+            return bool(await self._scripts.run(ScriptCall("retry_sorted", keys, args)))
+
+    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
+        q = self._keys.sorted_keys(delivery.queue)
+        keys = [q.inflight, q.payloads, q.ranks, q.deliveries, self._keys.dead()]
+        keys.append(self._keys.job(delivery.ref))
+        args: list[str | bytes] = [delivery.ref]
+        for name, value in record.items():
+            args += [name, value]
+        with translated(self._url):
+            return bool(await self._scripts.run(ScriptCall("dead_letter_sorted", keys, args)) != 0)
+
+    async def reclaim(self, min_idle: float) -> Delivery | None:
+        return None  # expired leases come back through read()
+
+    async def forget_consumers(self, min_idle: float) -> int:
+        return 0  # no consumer registry on this backend
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
         by_queue: dict[str, list[str]] = defaultdict(list)

@@ -1,29 +1,36 @@
 """Streams backend: one Redis Stream per (queue, level), one consumer group per namespace.
 
 Reads follow a policy's per-level quotas in one script call and never take more messages
-than the worker has free slots, so no critical job waits behind a prefetched low one. An
+than the worker has free slots, so no critical job waits behind a prefetched low one. The
+same call first moves due delayed jobs (retries, delayed enqueues) into their streams. An
 idle worker blocks in a single XREAD over all its streams, from the ids the last empty
 read saw, so a job that arrives while it waits wakes it at once and none is missed.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
 from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
-from lockgate.broker import Delivery, EnqueuePlan, ReadResult, batches, text, translated
+from lockgate.broker import (
+    Delivery,
+    EnqueuePlan,
+    Outgoing,
+    ReadResult,
+    batches,
+    text,
+    translated,
+)
 from lockgate.codec import Job
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
 from lockgate.keys import GROUP, Keys
-from lockgate.lua import AsyncScripts, ScriptCall
+from lockgate.lua import Arg, AsyncScripts, ScriptCall
 
-log = logging.getLogger(__name__)
 JOB_FIELD = b"job"
 
 
@@ -33,34 +40,40 @@ class StreamProducer:
     def __init__(self, keys: Keys) -> None:
         self._keys = keys
 
-    def plan_enqueue(self, jobs: Sequence[tuple[Job, bytes]]) -> EnqueuePlan:
+    def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         calls, positions = [], []
         for batch in batches(len(jobs)):
             script_keys: list[str] = []
+            args: list[bytes | int] = []
             for i in batch:
-                job = jobs[i][0]
-                script_keys += [self._keys.job(job.id), self._keys.stream(job.queue, job.level)]
-            calls.append(ScriptCall("enqueue_stream", script_keys, [jobs[i][1] for i in batch]))
+                job = jobs[i].job
+                script_keys += [
+                    self._keys.job(job.id),
+                    self._keys.stream(job.queue, job.level),
+                    self._keys.delayed(job.queue, job.level),
+                ]
+                args += [jobs[i].data, jobs[i].delay_ms]
+            calls.append(ScriptCall("enqueue_stream", script_keys, args))
             positions.append(list(batch))
         return EnqueuePlan(calls, positions)
 
 
-def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str]:
-    """Decode a stream entry's flat field list into (job, error, job id for logs)."""
+def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str, bytes | None]:
+    """Decode a stream entry's flat field list: (job, error, job id for logs, raw job)."""
     values = dict(zip(fields[::2], fields[1::2], strict=False))
     data = values.get(JOB_FIELD)
     if data is None:
         names = ", ".join(text(name) for name in values) or "none"
-        return None, f"entry has no 'job' field (fields: {names})", "?"
+        return None, f"entry has no 'job' field (fields: {names})", "?", None
     try:
         job = codec.decode(data)
     except SerializationError as e:
-        return None, str(e), "?"
-    return job, None, job.id
+        return None, str(e), "?", data
+    return job, None, job.id, data
 
 
 class StreamConsumer:
-    """One worker's reads, waits and acks on the streams of its queues."""
+    """One worker's reads, waits, acks, retries, dead letters and reclaims on its streams."""
 
     def __init__(
         self,
@@ -81,6 +94,12 @@ class StreamConsumer:
         self._consumer = consumer
         self._turn = 0
         self._last_ids: dict[KeyT, StreamIdT] = {}
+        self._reclaim_turn = 0
+        self._places = {
+            keys.stream(queue, level): (queue, index)
+            for index, level in enumerate(levels.names)
+            for queue in queues
+        }
 
     def _layout(self) -> list[tuple[str, str, int]]:
         """(stream, queue, level index), highest level first; queues rotate per read."""
@@ -93,26 +112,31 @@ class StreamConsumer:
             for queue in queues
         ]
 
+    def _delivery(self, stream: str, entry_id: bytes, fields: Sequence[bytes]) -> Delivery:
+        queue, level = self._places[stream]
+        job, error, job_id, raw = decode_entry(fields)
+        return Delivery(queue, level, stream, text(entry_id), job, error, job_id, raw)
+
     async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
         layout = self._layout()
+        streams = [stream for stream, _, _ in layout]
+        delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]
         args: list[str | int] = [GROUP, self._consumer, free, len(quotas), *quotas]
         args += [index + 1 for _, _, index in layout]
-        call = ScriptCall("read_stream", [stream for stream, _, _ in layout], args)
+        call = ScriptCall("read_stream", streams + delayed, args)
         with translated(self._url):
-            dry_flags, entries, last_ids = await self._scripts.run(call)
+            dry_flags, entries, last_ids, next_due = await self._scripts.run(call)
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
+        result.next_due = next_due / 1000 if next_due >= 0 else None
         for k, (_, _, level) in enumerate(layout):
             result.dry[level] = result.dry[level] and dry_flags[k] == 1
         for i in range(0, len(entries), 3):
-            stream, queue, level = layout[entries[i] - 1]
-            job, error, job_id = decode_entry(entries[i + 2])
-            result.deliveries.append(
-                Delivery(queue, level, stream, text(entries[i + 1]), job, error, job_id)
-            )
-            result.taken[level] += 1
+            delivery = self._delivery(streams[entries[i] - 1], entries[i + 1], entries[i + 2])
+            result.deliveries.append(delivery)
+            result.taken[delivery.level] += 1
         self._last_ids = {
-            stream: text(last) for (stream, _, _), last in zip(layout, last_ids, strict=False)
+            stream: text(last) for stream, last in zip(streams, last_ids, strict=False)
         }
         return result
 
@@ -124,6 +148,9 @@ class StreamConsumer:
                 dict(self._last_ids), count=1, block=max(1, int(timeout * 1000))
             )
 
+    def _marker(self, delivery: Delivery) -> str:
+        return self._keys.job(delivery.job.id if delivery.job else delivery.job_id)
+
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         by_stream: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in deliveries:
@@ -131,7 +158,7 @@ class StreamConsumer:
         calls = [
             ScriptCall(
                 "ack_stream",
-                [stream] + [self._keys.job(d.job.id if d.job else d.job_id) for d in group],
+                [stream] + [self._marker(d) for d in group],
                 [GROUP] + [d.ref for d in group],
             )
             for stream, group in by_stream.items()
@@ -139,8 +166,60 @@ class StreamConsumer:
         with translated(self._url):
             await self._scripts.run_all(calls)
 
+    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
+        queue, level = self._places[delivery.source]
+        delayed = self._keys.delayed(queue, self._levels.names[level])
+        args: list[Arg] = [GROUP, delivery.ref, codec.encode(job), max(0, round(delay * 1000))]
+        call = ScriptCall("retry_stream", [delivery.source, delayed], args)
+        with translated(self._url):
+            return bool(await self._scripts.run(call))
+
+    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
+        keys = [delivery.source, self._keys.dead()]
+        if delivery.job is not None:
+            keys.append(self._marker(delivery))
+        args: list[str | bytes] = [GROUP, delivery.ref]
+        for name, value in record.items():
+            args += [name, value]
+        with translated(self._url):
+            return bool(await self._scripts.run(ScriptCall("dead_letter_stream", keys, args)) != 0)
+
+    async def reclaim(self, min_idle: float) -> Delivery | None:
+        # Rotate the order so a stream with a steady trickle cannot hide another's.
+        streams = list(self._places)
+        shift = self._reclaim_turn % len(streams)
+        self._reclaim_turn += 1
+        streams = streams[shift:] + streams[:shift]
+        args: list[Arg] = [GROUP, self._consumer, max(1, round(min_idle * 1000))]
+        with translated(self._url):
+            index, entry_id, fields, count, _ = await self._scripts.run(
+                ScriptCall("reclaim_stream", streams, args)
+            )
+        if not index:
+            return None
+        delivery = self._delivery(streams[index - 1], entry_id, fields)
+        delivery.deliveries = int(count)
+        return delivery
+
+    async def forget_consumers(self, min_idle: float) -> int:
+        args: list[Arg] = [GROUP, max(1, round(min_idle * 1000)), self._consumer]
+        with translated(self._url):
+            removed = await self._scripts.run(
+                ScriptCall("forget_consumers", list(self._places), args)
+            )
+        return int(removed)
+
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
-        return None
+        by_stream: dict[str, list[str]] = defaultdict(list)
+        for delivery in deliveries:
+            by_stream[delivery.source].append(delivery.ref)
+        calls = [
+            ScriptCall("heartbeat_stream", [stream], [GROUP, self._consumer, *refs])
+            for stream, refs in by_stream.items()
+        ]
+        if calls:
+            with translated(self._url):
+                await self._scripts.run_all(calls)
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -1,9 +1,15 @@
-"""The worker: the run loop only. Reads as many jobs as it has free slots, runs them, acks.
+"""The worker: the run loop only. Reads as many jobs as it has free slots, runs them, settles.
 
 Async tasks run on the event loop, sync tasks in a bounded thread pool with the job's
-context copied. A job is acknowledged only after it succeeded; anything else (a failure,
-an undecodable entry, an unknown task, wrong arguments, a stop before it finished) stays
-pending in Redis, never silently acked.
+context copied. A finished run is settled exactly one way: acknowledged (success),
+rescheduled with backoff (a retryable failure), or dead-lettered (anything else, including
+entries that cannot be decoded, unknown tasks and wrong arguments). A job stopped before
+it finished stays pending and is reclaimed: nothing is acked unprocessed.
+
+Crash recovery: every worker reclaims, one at a time, jobs idle past the visibility timeout
+(their worker died). A reclaimed job has been delivered before, so it runs alone: if it is
+the one that kills its worker, only its own delivery count grows, and past
+``max_deliveries`` it is dead-lettered while the jobs that merely ran beside it go through.
 """
 
 from __future__ import annotations
@@ -17,21 +23,26 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lockgate.app import App
+from lockgate import deadletter
+from lockgate.app import App, Task
 from lockgate.broker import Consumer, Delivery, async_client, translated
+from lockgate.codec import Job
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, set_current
-from lockgate.errors import ConnectionFailed, InvalidArguments
+from lockgate.errors import ConnectionFailed, InvalidArguments, LockgateError
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
-from lockgate.sorted_broker import SortedConsumer
+from lockgate.retry import decide
+from lockgate.sorted_broker import SortedConsumer, SortedProducer
 from lockgate.stream_broker import StreamConsumer
 
 log = logging.getLogger(__name__)
+FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 
 
 class Worker:
@@ -39,7 +50,7 @@ class Worker:
 
     Args:
         app: the app whose tasks run here.
-        config: concurrency, policy, queues, grace period; defaults suit production.
+        config: concurrency, policy, queues, timeouts; defaults suit production.
     """
 
     def __init__(self, app: App, config: WorkerConfig | None = None) -> None:
@@ -48,14 +59,24 @@ class Worker:
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.queues = self.config.queues or app.queues
         self.processed = 0
-        self.failed = 0
+        self.retried = 0
+        self.dead = 0
         self._running: dict[asyncio.Task[None], Delivery] = {}
+        self._held: Delivery | None = None  # a reclaimed job waiting to run alone
+        self._alone: asyncio.Task[None] | None = None  # the reclaimed job running alone
         self._done: list[Delivery] = []
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._ack_wake = asyncio.Event()
         self._consumer: Consumer | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._next_reclaim = 0.0
+        self._reclaim_rounds = 0
+
+    @property
+    def failed(self) -> int:
+        """Runs that ended in a retry or a dead letter."""
+        return self.retried + self.dead
 
     def request_stop(self) -> None:
         """Stop taking jobs; running ones get the grace period to finish."""
@@ -73,17 +94,23 @@ class Worker:
             ConnectionFailed: Redis cannot be reached at start.
         """
         client = async_client(self.app.redis_url)
-        with translated(self.app.redis_url):
-            await client.ping()
+        try:
+            with translated(self.app.redis_url):
+                await client.ping()
+        except ConnectionFailed:
+            await client.aclose()
+            raise
         self._consumer = self._make_consumer(client)
-        self._pool = ThreadPoolExecutor(self.config.concurrency, "lockgate-task")
+        # Room beyond concurrency for sync runs abandoned after their timeout.
+        self._pool = ThreadPoolExecutor(self.config.concurrency * 2, "lockgate-task")
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-        helpers = [asyncio.create_task(self._ack_loop())]
-        if self.app.backend == "sorted":
-            helpers.append(asyncio.create_task(self._heartbeat_loop()))
+        helpers = [
+            asyncio.create_task(self._ack_loop()),
+            asyncio.create_task(self._heartbeat_loop()),
+        ]
         log.info(
             "worker %s serving queues %s (backend %s, policy %s, concurrency %d)",
             self.name, ",".join(self.queues), self.app.backend, self.config.policy,
@@ -96,9 +123,11 @@ class Worker:
 
     def _make_consumer(self, client: Any) -> Consumer:
         if self.app.backend == "sorted":
+            assert isinstance(self.app.producer, SortedProducer)
             return SortedConsumer(
                 client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
-                queues=self.queues, lease_seconds=self.config.lease_seconds,
+                queues=self.queues, lease_seconds=self.config.visibility_seconds,
+                producer=self.app.producer,
             )  # fmt: skip
         return StreamConsumer(
             client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
@@ -111,32 +140,82 @@ class Worker:
         return make_policy(self.config.policy, list(self.app.levels.weights.values()))
 
     async def _fetch_loop(self, policy: ReadPolicy) -> None:
-        assert self._consumer is not None
-        concurrency = self.config.concurrency
         failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
-            free = concurrency - len(self._running)
-            if free <= 0:
-                await self._wake.wait()
-                continue
             try:
-                result = await self._consumer.read(free, policy.plan(free))
-                policy.record(result.taken, result.dry)
-                for delivery in result.deliveries:
-                    task = asyncio.create_task(self._execute(delivery))
-                    self._running[task] = delivery
-                    task.add_done_callback(self._finished)
-                if not result.deliveries:
-                    await self._unless_stopping(
-                        self._consumer.wait_for_work(self.config.idle_wait_seconds)
-                    )
+                if await self._step(policy):
+                    await self._wake.wait()
                 failures = 0
             except ConnectionFailed as e:
                 delay = reconnect_delay(failures)
                 failures += 1
                 log.error("%s; retrying in %.1fs", e, delay)
                 await self._unless_stopping(asyncio.sleep(delay))
+
+    async def _step(self, policy: ReadPolicy) -> bool:
+        """One turn of the loop; True when it must wait for a running job to finish."""
+        assert self._consumer is not None
+        if self._alone is not None:
+            return True
+        if self._held is not None:
+            if self._running:
+                return True  # drain the others first: the reclaimed job runs alone
+            held, self._held = self._held, None
+            self._alone = self._start(held)
+            return False
+        free = self.config.concurrency - len(self._running)
+        if free <= 0:
+            return True
+        if time.monotonic() >= self._next_reclaim and await self._reclaim():
+            return False
+        result = await self._consumer.read(free, policy.plan(free))
+        policy.record(result.taken, result.dry)
+        for delivery in result.deliveries:
+            if delivery.deliveries > 1:  # sorted backend: a job whose lease expired
+                await self._take_back(delivery)
+            else:
+                self._start(delivery)
+        if not result.deliveries:
+            timeout = self.config.idle_wait_seconds
+            if result.next_due is not None:
+                timeout = min(timeout, result.next_due + 0.005)
+            timeout = min(timeout, max(0.0, self._next_reclaim - time.monotonic()) + 0.005)
+            await self._unless_stopping(self._consumer.wait_for_work(timeout))
+        return False
+
+    async def _reclaim(self) -> bool:
+        """Take over one job a dead worker left; True when one was taken."""
+        assert self._consumer is not None
+        visibility = self.config.visibility_seconds
+        delivery = await self._consumer.reclaim(visibility)
+        if delivery is None:
+            self._next_reclaim = time.monotonic() + visibility / 2
+            self._reclaim_rounds += 1
+            if self._reclaim_rounds % FORGET_EVERY == 0:
+                await self._consumer.forget_consumers(max(60.0, visibility * 4))
+            return False
+        log.warning("job %s reclaimed from a worker that stopped (delivery %d)",
+                    delivery.job_id, delivery.deliveries)  # fmt: skip
+        self._next_reclaim = 0.0  # more may be waiting: look again after this one
+        await self._take_back(delivery)
+        return True
+
+    async def _take_back(self, delivery: Delivery) -> None:
+        """Handle a job delivered before: dead-letter a poison one, else run it alone."""
+        if delivery.deliveries > self.config.max_deliveries:
+            reason = f"delivered {delivery.deliveries} times (max {self.config.max_deliveries})"
+            await self._dead_letter(delivery, reason)
+            return
+        if self._held is not None:  # cannot happen: reads stop while one is held
+            raise AssertionError("two reclaimed jobs held at once")
+        self._held = delivery
+
+    def _start(self, delivery: Delivery) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._execute(delivery))
+        self._running[task] = delivery
+        task.add_done_callback(self._finished)
+        return task
 
     async def _unless_stopping(self, waiting: Awaitable[None]) -> None:
         """Await ``waiting``, abandoning it when a stop is requested."""
@@ -150,51 +229,86 @@ class Worker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+        if task is self._alone:
+            self._alone = None
         self._wake.set()
 
     async def _execute(self, delivery: Delivery) -> None:
         job = delivery.job
         if job is None:
-            log.error(
-                "undecodable entry %s in %s: %s; left pending",
-                delivery.ref, delivery.source, delivery.error,
-            )  # fmt: skip
+            await self._dead_letter(delivery, "undecodable entry")
             return
         task = self.app.tasks.get(job.task)
         if task is None:
-            log.error("job %s: unknown task %r; left pending", job.id, job.task)
+            await self._dead_letter(delivery, f"unknown task {job.task!r}")
             return
         try:
             task.check_arguments(job.args, job.kwargs)
         except InvalidArguments as e:
-            log.error("job %s: %s; left pending", job.id, e)
+            await self._dead_letter(delivery, "wrong arguments", e)
             return
         set_current(JobContext(job.id, job.task, job.queue, job.level, job.attempt, job.enqueued))
+        error: BaseException | None = None
         try:
-            if task.is_async:
-                await task.fn(*job.args, **job.kwargs)
-            else:
-                call = functools.partial(task.fn, *job.args, **job.kwargs)
-                context = contextvars.copy_context()
-                loop = asyncio.get_running_loop()
-                returned = await loop.run_in_executor(self._pool, context.run, call)
-                if inspect.isawaitable(returned):
-                    close = getattr(returned, "close", None)
-                    if close is not None:
-                        close()  # a coroutine never awaited would warn later, far from here
-                    raise TypeError(
-                        f"task {task.name!r} is a plain function that returned an awaitable; "
-                        "declare it with 'async def' so the worker awaits it"
-                    )
+            await self._call(task, job)
         except asyncio.CancelledError:
             log.warning("job %s (%s) stopped before it finished; left pending", job.id, job.task)
             raise
-        except BaseException:
-            self.failed += 1
-            log.exception("job %s (%s) failed; left pending", job.id, job.task)
+        except BaseException as e:  # a task's SystemExit must not stop the worker
+            error = e
+        await self._settle(delivery, task, job, error)
+
+    async def _call(self, task: Task[Any, Any], job: Job) -> None:
+        timeout = task.retry.timeout
+        if task.is_async:
+            await asyncio.wait_for(task.fn(*job.args, **job.kwargs), timeout)
             return
-        self._done.append(delivery)
-        self._ack_wake.set()
+        call = functools.partial(task.fn, *job.args, **job.kwargs)
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        # On timeout the thread cannot be stopped: it is abandoned and the job retried.
+        returned = await asyncio.wait_for(
+            loop.run_in_executor(self._pool, context.run, call), timeout
+        )
+        if inspect.isawaitable(returned):
+            close = getattr(returned, "close", None)
+            if close is not None:
+                close()  # a coroutine never awaited would warn later, far from here
+            raise TypeError(
+                f"task {task.name!r} is a plain function that returned an awaitable; "
+                "declare it with 'async def' so the worker awaits it"
+            )
+
+    async def _settle(
+        self, delivery: Delivery, task: Task[Any, Any], job: Job, error: BaseException | None
+    ) -> None:
+        outcome = decide(error, job.attempt, task.retry)
+        if outcome.action == "ack":
+            self._done.append(delivery)
+            self._ack_wake.set()
+            return
+        assert self._consumer is not None and error is not None
+        if outcome.action == "retry":
+            log.warning("job %s (%s) attempt %d failed: %r; retry in %.2fs",
+                        job.id, job.task, job.attempt, error, outcome.delay)  # fmt: skip
+            following = Job(
+                id=job.id, task=job.task, queue=job.queue, level=job.level, args=job.args,
+                kwargs=job.kwargs, attempt=job.attempt + 1, enqueued=job.enqueued,
+            )  # fmt: skip
+            await self._consumer.retry(delivery, following, outcome.delay)
+            self.retried += 1
+            return
+        log.error("job %s (%s) attempt %d failed: %r", job.id, job.task, job.attempt, error,
+                  exc_info=error)  # fmt: skip
+        await self._dead_letter(delivery, outcome.reason, error)
+
+    async def _dead_letter(
+        self, delivery: Delivery, reason: str, error: BaseException | None = None
+    ) -> None:
+        assert self._consumer is not None
+        log.error("job %s -> dead-letter queue: %s", delivery.job_id, reason)
+        if await self._consumer.dead_letter(delivery, deadletter.record(delivery, reason, error)):
+            self.dead += 1
 
     async def _ack_loop(self) -> None:
         while True:
@@ -217,13 +331,16 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         assert self._consumer is not None
-        interval = self.config.lease_seconds / 3
+        interval = self.config.visibility_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            if self._running:
+            alive = list(self._running.values())
+            if self._held is not None:
+                alive.append(self._held)
+            if alive:
                 try:
-                    await self._consumer.heartbeat(list(self._running.values()))
-                except ConnectionFailed as e:
+                    await self._consumer.heartbeat(alive)
+                except LockgateError as e:
                     log.error("heartbeat failed: %s", e)
 
     async def _shut_down(self, helpers: list[asyncio.Task[None]]) -> None:
@@ -244,4 +361,5 @@ class Worker:
             await self._consumer.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        log.info("worker %s stopped: %d done, %d failed", self.name, self.processed, self.failed)
+        log.info("worker %s stopped: %d done, %d retried, %d dead-lettered",
+                 self.name, self.processed, self.retried, self.dead)  # fmt: skip

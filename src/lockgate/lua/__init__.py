@@ -27,6 +27,13 @@ ScriptName = Literal[
     "take_sorted",
     "ack_sorted",
     "extend_sorted",
+    "retry_stream",
+    "dead_letter_stream",
+    "reclaim_stream",
+    "heartbeat_stream",
+    "forget_consumers",
+    "retry_sorted",
+    "dead_letter_sorted",
     "stats_stream",
     "stats_sorted",
 ]

@@ -1,23 +1,31 @@
 -- enqueue_sorted.lua: add jobs to one sorted-backend queue unless their id is taken.
--- KEYS: waiting, payloads, ranks, clock, wakeup, then one job marker per job
--- ARGV: per job, three values: job id, boost (us of head start for its level), encoded job
--- Touches: markers (SET NX), waiting (ZADD), payloads and ranks (HSET), clock (SET),
---          wakeup (LPUSH + LTRIM to 64: a short signal list idle workers block on).
+-- KEYS: waiting, payloads, ranks, clock, wakeup, delayed, then one job marker per job
+-- ARGV: per job, four values: job id, boost (us of head start for its level), encoded job,
+--       delay in ms (0: now)
+-- Touches: markers (SET NX), waiting or delayed (ZADD), payloads and ranks (HSET), clock
+--          (SET), wakeup (LPUSH + LTRIM to 64: a short signal list idle workers block on).
 -- Stamps come from the server clock and strictly increase per queue, so jobs of one level
--- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first.
--- Returns: per job 1 when added, 0 when its id was already queued or running.
+-- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first;
+-- a delayed job's stamp is its due time, and it waits in delayed until then.
+-- Returns: per job 1 when added, 0 when its id was already queued, delayed or running.
 local t = redis.call('TIME')
 local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(stamp / 1000)
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
 if stamp <= last then stamp = last + 1 end
 local out, added = {}, 0
-for i = 6, #KEYS do
-  local j = (i - 6) * 3
+for i = 7, #KEYS do
+  local j = (i - 7) * 4
   local job_id, boost, payload = ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
+  local delay = tonumber(ARGV[j + 4])
   if redis.call('SET', KEYS[i], 'sorted', 'NX') then
     -- format by hand: Lua's default %.14g would round a microsecond stamp
-    local rank = string.format('%.0f', stamp - boost)
-    redis.call('ZADD', KEYS[1], rank, job_id)
+    local rank = string.format('%.0f', stamp + delay * 1000 - boost)
+    if delay > 0 then
+      redis.call('ZADD', KEYS[6], string.format('%.0f', now_ms + delay), job_id)
+    else
+      redis.call('ZADD', KEYS[1], rank, job_id)
+    end
     redis.call('HSET', KEYS[2], job_id, payload)
     redis.call('HSET', KEYS[3], job_id, rank)
     stamp = stamp + 1

@@ -1,15 +1,27 @@
--- enqueue_stream.lua: add jobs to their streams unless their job id is already queued or running.
--- KEYS: for job i, KEYS[2i-1] = job marker, KEYS[2i] = the job's stream
--- ARGV: for job i, ARGV[i] = encoded job
--- Touches: the markers (SET) and the streams (XADD, field "job"); nothing is trimmed.
--- Returns: for job i, its stream entry id, or 0 when the id was taken (a duplicate).
+-- enqueue_stream.lua: add jobs to their streams, or to their streams' delayed sets, unless
+-- their job id is already queued, delayed or running.
+-- KEYS: for job i, KEYS[3i-2] = job marker, KEYS[3i-1] = its stream, KEYS[3i] = its delayed set
+-- ARGV: for job i, ARGV[2i-1] = encoded job, ARGV[2i] = delay in ms (0: now)
+-- Touches: markers (SET), streams (XADD, field "job"), delayed sets (ZADD, scored by the
+--          server's clock + delay); nothing is trimmed.
+-- Returns: for job i, its stream entry id, 'delayed', or 0 when the id was taken.
 local out = {}
-for i = 1, #ARGV do
-  local marker, stream = KEYS[2 * i - 1], KEYS[2 * i]
+local now
+for i = 1, #ARGV / 2 do
+  local marker, stream, delayed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local job, delay = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
   if redis.call('EXISTS', marker) == 1 then
     out[i] = 0
+  elseif delay > 0 then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    redis.call('ZADD', delayed, string.format('%.0f', now + delay), job)
+    redis.call('SET', marker, 'delayed')
+    out[i] = 'delayed'
   else
-    local id = redis.call('XADD', stream, '*', 'job', ARGV[i])
+    local id = redis.call('XADD', stream, '*', 'job', job)
     redis.call('SET', marker, id)
     out[i] = id
   end

@@ -1,22 +1,43 @@
 -- read_stream.lua: one read for a worker with free slots, following a policy's plan.
--- KEYS: the streams to serve, highest level first
+-- KEYS: the n streams to serve, highest level first, then their n delayed sets, same order
 -- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
---       level index (1-based) of each key (#KEYS values)
--- Touches: XREADGROUP on the streams (creates the group at id 0 when missing, so jobs
---          enqueued before any worker started are delivered); XINFO when nothing was read.
+--       level index (1-based) of each stream (n values)
+-- Touches: first moves due jobs from each delayed set into its stream (the server's clock
+--          decides; atomic, so any number of workers may do it at once); then XREADGROUP on
+--          the streams (creating the group at id 0 when missing, so jobs enqueued before any
+--          worker started are delivered); XINFO when nothing was read.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
--- Returns: {dry, entries, last_ids}. dry[k] = 1 when stream k returned fewer than asked;
---          entries = flat {key index, entry id, fields} triples; last_ids = each stream's
---          last generated id when nothing was read (for a blocking XREAD wake-up), else {}.
+-- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
+--          than asked; entries = flat {key index, entry id, fields} triples; last_ids = each
+--          stream's last generated id when nothing was read (for a blocking XREAD wake-up),
+--          else {}; next_due_ms = ms until the next delayed job is due, -1 when none.
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
+local n = #KEYS / 2
 local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
 
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local next_due = -1
+for k = 1, n do
+  local delayed = KEYS[n + k]
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
+  for _, job in ipairs(due) do
+    redis.call('XADD', KEYS[k], '*', 'job', job)
+  end
+  if #due > 0 then redis.call('ZREM', delayed, unpack(due)) end
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if #first == 2 then
+    local wait = math.max(0, tonumber(first[2]) - now)
+    if next_due < 0 or wait < next_due then next_due = wait end
+  end
+end
+
 local dry, entries = {}, {}
-for k = 1, #KEYS do dry[k] = 0 end
+for k = 1, n do dry[k] = 0 end
 
 local function read(k, count)
   local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', KEYS[k], '>'}
@@ -41,7 +62,7 @@ local function read(k, count)
   return got
 end
 
-for k = 1, #KEYS do
+for k = 1, n do
   local level = tonumber(ARGV[4 + nlevels + k])
   local want = math.min(quota[level], remaining)
   if want > 0 then
@@ -51,7 +72,7 @@ for k = 1, #KEYS do
     remaining = remaining - got
   end
 end
-for k = 1, #KEYS do
+for k = 1, n do
   if remaining <= 0 then break end
   if dry[k] == 0 then
     local got = read(k, remaining)
@@ -62,11 +83,11 @@ end
 
 local last_ids = {}
 if #entries == 0 then
-  for k = 1, #KEYS do
+  for k = 1, n do
     local info = redis.call('XINFO', 'STREAM', KEYS[k])
     for i = 1, #info, 2 do
       if info[i] == 'last-generated-id' then last_ids[k] = info[i + 1] end
     end
   end
 end
-return {dry, entries, last_ids}
+return {dry, entries, last_ids, next_due}

@@ -1,34 +1,47 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
--- KEYS: waiting, inflight, payloads, ranks
+-- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries
 -- ARGV: limit (free slots), lease in ms
--- Touches: moves jobs whose lease expired (a dead worker's) from inflight back to waiting
---          at their original rank; then moves up to limit jobs from waiting to inflight,
---          scored by their lease deadline. Nothing is popped without a home: unlike
---          ZPOPMAX alone, a worker that dies after taking a job loses nothing.
--- Returns: {taken, returned, next_deadline_ms}: taken = flat {job id, payload or false};
---          returned = how many expired leases went back; next_deadline_ms = ms until the
---          earliest remaining lease ends (-1 when none).
+-- Touches: moves due delayed jobs to waiting, and jobs whose lease expired (a dead
+--          worker's) from inflight back to waiting, both at their stored rank; then moves
+--          up to limit jobs from waiting to inflight, scored by their lease deadline, and
+--          counts each delivery. Nothing is popped without a home: unlike ZPOPMAX alone, a
+--          worker that dies after taking a job loses nothing. A job taken before (count > 1)
+--          ends the batch, so the worker can run it alone.
+-- Returns: {taken, returned, next_ms}: taken = flat {job id, payload or false, deliveries};
+--          returned = expired leases put back; next_ms = ms until the earliest lease ends or
+--          delayed job is due (-1 when none).
 local limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-for _, id in ipairs(expired) do
-  local rank = redis.call('HGET', KEYS[4], id)
-  if rank then redis.call('ZADD', KEYS[1], rank, id) end
-  redis.call('ZREM', KEYS[2], id)
-end
-local taken = {}
-if limit > 0 then
-  local popped = redis.call('ZPOPMIN', KEYS[1], limit)
-  local deadline = string.format('%.0f', now + lease)
-  for i = 1, #popped, 2 do
-    local id = popped[i]
-    redis.call('ZADD', KEYS[2], deadline, id)
-    taken[#taken + 1] = id
-    taken[#taken + 1] = redis.call('HGET', KEYS[3], id)
+local function requeue(from, ids)
+  for _, id in ipairs(ids) do
+    local rank = redis.call('HGET', KEYS[4], id)
+    if rank then redis.call('ZADD', KEYS[1], rank, id) end
+    redis.call('ZREM', from, id)
   end
 end
-local next_deadline = -1
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if #first == 2 then next_deadline = math.max(0, tonumber(first[2]) - now) end
-return {taken, #expired, next_deadline}
+requeue(KEYS[5], redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000))
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+requeue(KEYS[2], expired)
+local taken = {}
+local deadline = string.format('%.0f', now + lease)
+for _ = 1, limit do
+  local popped = redis.call('ZPOPMIN', KEYS[1])
+  if #popped == 0 then break end
+  local id = popped[1]
+  redis.call('ZADD', KEYS[2], deadline, id)
+  local count = redis.call('HINCRBY', KEYS[6], id, 1)
+  taken[#taken + 1] = id
+  taken[#taken + 1] = redis.call('HGET', KEYS[3], id)
+  taken[#taken + 1] = count
+  if count > 1 then break end
+end
+local next_ms = -1
+for _, key in ipairs({KEYS[2], KEYS[5]}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first == 2 then
+    local wait = math.max(0, tonumber(first[2]) - now)
+    if next_ms < 0 or wait < next_ms then next_ms = wait end
+  end
+end
+return {taken, #expired, next_ms}
