@@ -10,17 +10,19 @@ import logging
 import os
 import sys
 from collections.abc import Coroutine, Iterator
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from lockgate import deadletter
 from lockgate.app import App
 from lockgate.broker import masked
 from lockgate.config import REDIS_URL_ENV, WorkerConfig
 from lockgate.errors import ConfigError, ConnectionFailed, InvalidArguments, LockgateError
-from lockgate.inspect import queue_stats
+from lockgate.inspect import Stats, queue_stats
 from lockgate.worker import Worker
 
 T = TypeVar("T")
@@ -97,6 +99,11 @@ url_option = click.option(
 @click.option("--queues", default="", help="Comma-separated queues (default: all the app's).")
 @click.option("--grace-period", type=float, default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
+@click.option("--visibility-timeout", type=click.FloatRange(min=0.1), default=30.0,
+              show_default=True,
+              help="Seconds before a dead worker's jobs are taken over.")  # fmt: skip
+@click.option("--max-deliveries", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Deliveries after which a poison job is dead-lettered.")  # fmt: skip
 @click.option("--embedded", is_flag=True, help="Run a private Redis-compatible server.")
 @url_option
 def worker(
@@ -105,6 +112,8 @@ def worker(
     concurrency: int,
     queues: str,
     grace_period: float,
+    visibility_timeout: float,
+    max_deliveries: int,
     embedded: bool,
     url: str | None,
 ) -> None:
@@ -123,6 +132,8 @@ def worker(
             policy="strict" if policy == "strict" else "weighted",
             queues=tuple(q for q in queues.split(",") if q),
             grace_period=grace_period,
+            visibility_timeout=visibility_timeout,
+            max_deliveries=max_deliveries,
         )
         run_async(Worker(app, config).run(install_signal_handlers=True))
 
@@ -178,30 +189,133 @@ def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     app = load_app(app_spec)
     _use_url(app, url)
 
-    async def collect() -> list[Any]:
+    async def collect() -> Stats:
         try:
             return await queue_stats(app)
         finally:
             await app.aclose()
 
     with reported_errors():
-        rows = run_async(collect())
+        result = run_async(collect())
     if as_json:
-        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+        click.echo(json.dumps(result.as_dict(), indent=2))
         return
     table = Table(title=f"lockgate {app.namespace} @ {masked(app.redis_url)}")
-    for column in ("queue", "level", "waiting", "pending", "consumers", "oldest wait ms"):
+    columns = ("queue", "level", "waiting", "pending", "delayed", "consumers", "oldest wait ms")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("queue", "level") else "right")
-    for row in rows:
+    for row in result.levels:
         table.add_row(
-            row.queue, row.level, str(row.waiting), str(row.pending),
+            row.queue, row.level, str(row.waiting), str(row.pending), str(row.delayed),
             _dash(row.consumers), _dash(row.oldest_wait_ms),
         )  # fmt: skip
+    table.caption = f"dead letters: {result.dead_letters}"
     Console().print(table)
 
 
 def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+@main.group()
+def dlq() -> None:
+    """Inspect, replay and purge the dead-letter queue."""
+
+
+@dlq.command("list")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@url_option
+def dlq_list(app_spec: str, as_json: bool, limit: int, url: str | None) -> None:
+    """List dead letters, oldest first."""
+    app = load_app(app_spec)
+    _use_url(app, url)
+    with reported_errors():
+        letters = deadletter.list_dead(app, limit)
+    if as_json:
+        click.echo(json.dumps([letter.as_dict() for letter in letters], indent=2))
+        return
+    table = Table(title=f"dead letters of {app.namespace} ({len(letters)})")
+    for column in ("id", "job id", "task", "queue/level", "reason", "error", "attempt",
+                   "deliveries", "failed at"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for letter in letters:
+        table.add_row(
+            letter.id, letter.job_id, letter.task, f"{letter.queue}/{letter.level}",
+            letter.reason, f"{letter.error_type}: {letter.error}" if letter.error_type
+            else letter.error, str(letter.attempt), str(letter.deliveries),
+            _when(letter.failed_at),
+        )  # fmt: skip
+    Console().print(table)
+
+
+def _when(moment: float | None) -> str:
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@dlq.command("show")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("entry_id", metavar="ID")
+@url_option
+def dlq_show(app_spec: str, entry_id: str, url: str | None) -> None:
+    """Show one dead letter, traceback included."""
+    app = load_app(app_spec)
+    _use_url(app, url)
+    with reported_errors():
+        letter = deadletter.show_dead(app, entry_id)
+    if letter is None:
+        click.echo(f"error: no dead letter with id {entry_id!r}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(json.dumps(letter.as_dict(), indent=2))
+
+
+@dlq.command("replay")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("entry_id", metavar="[ID]", required=False)
+@click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
+@click.option("--task", "task_name", default=None, help="Replay the dead letters of a task.")
+@url_option
+def dlq_replay(
+    app_spec: str, entry_id: str | None, replay_all: bool, task_name: str | None, url: str | None
+) -> None:
+    """Enqueue dead letters again under their own job ids."""
+    if sum((entry_id is not None, replay_all, task_name is not None)) != 1:
+        raise click.UsageError("give exactly one of ID, --all or --task")
+    app = load_app(app_spec)
+    _use_url(app, url)
+    with reported_errors():
+        if entry_id is not None:
+            letter = deadletter.show_dead(app, entry_id)
+            if letter is None:
+                click.echo(f"error: no dead letter with id {entry_id!r}", err=True)
+                sys.exit(EXIT_USAGE)
+            letters = [letter]
+        else:
+            letters = deadletter.list_dead(app, limit=1_000_000)
+            if task_name is not None:
+                letters = [letter for letter in letters if letter.task == task_name]
+        results = deadletter.replay(app, letters)
+    for result in results:
+        click.echo(f"{result.id} {result.job_id} {result.outcome} {result.detail}".rstrip())
+    replayed = sum(result.outcome == "enqueued" for result in results)
+    click.echo(f"replayed {replayed} of {len(results)}")
+
+
+@dlq.command("purge")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@url_option
+def dlq_purge(app_spec: str, yes: bool, url: str | None) -> None:
+    """Delete every dead letter."""
+    app = load_app(app_spec)
+    _use_url(app, url)
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"delete every dead letter of {app.namespace}?", abort=True)
+    with reported_errors():
+        click.echo(f"purged {deadletter.purge(app)} dead letters")
 
 
 @main.command()

@@ -1,13 +1,14 @@
 -- stats_stream.lua: a consistent snapshot of some streams for `lockgate stats`. Read-only.
--- KEYS: the streams
+-- KEYS: the n streams, then their n delayed sets in the same order
 -- ARGV: ARGV[1] = group
--- Touches: nothing (XLEN, XINFO GROUPS, XRANGE, TIME).
--- Returns: {now_ms, rows}: rows = flat {length, pending, consumers, oldest waiting id or ''}
---          per stream; a missing stream or group counts as empty or not yet read.
+-- Touches: nothing (XLEN, XINFO GROUPS, XRANGE, ZCARD, TIME).
+-- Returns: {now_ms, rows}: rows = flat {length, pending, consumers, oldest waiting id or '',
+--          delayed} per stream; a missing stream or group counts as empty or not yet read.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS / 2
 local rows = {}
-for k = 1, #KEYS do
+for k = 1, n do
   local length, pending, consumers, oldest = 0, 0, 0, ''
   if redis.call('EXISTS', KEYS[k]) == 1 then
     length = redis.call('XLEN', KEYS[k])
@@ -27,5 +28,6 @@ for k = 1, #KEYS do
   rows[#rows + 1] = pending
   rows[#rows + 1] = consumers
   rows[#rows + 1] = oldest
+  rows[#rows + 1] = redis.call('ZCARD', KEYS[n + k])
 end
 return {now, rows}
