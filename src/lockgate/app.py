@@ -20,8 +20,16 @@ from lockgate.broker import EnqueuePlan, Outgoing, Producer, async_client, sync_
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
 from lockgate.errors import ConfigError, InvalidArguments, SerializationError
+from lockgate.idempotency import (
+    DEFAULT_LEASE,
+    DEFAULT_TTL,
+    Claim,
+    LeaseKeeper,
+    check_key,
+    check_ttl,
+)
 from lockgate.keys import Keys
-from lockgate.lua import AsyncScripts, SyncScripts
+from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
 from lockgate.retry import Backoff, RetryPolicy
 from lockgate.sorted_broker import SortedProducer
 from lockgate.stream_broker import StreamProducer
@@ -68,6 +76,8 @@ class Task(Generic[P, R]):
         queue: str,
         priority: str,
         retry: RetryPolicy,
+        idempotent: bool = False,
+        idempotency_ttl: float = DEFAULT_TTL,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -75,6 +85,8 @@ class Task(Generic[P, R]):
         self.queue = queue
         self.priority = priority
         self.retry = retry
+        self.idempotent = idempotent
+        self.idempotency_ttl = idempotency_ttl
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
 
@@ -231,6 +243,7 @@ class App:
             if backend == "streams"
             else SortedProducer(self.keys, self.levels, self.aging_seconds)
         )
+        self.lease_keeper = LeaseKeeper(self)
         self._lock = threading.Lock()
         self._sync: tuple[redis.Redis, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncScripts]] = {}
@@ -260,6 +273,8 @@ class App:
         backoff: float | timedelta | Backoff = 1.0,
         timeout: float | timedelta | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        idempotency_ttl: float | timedelta = DEFAULT_TTL,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -273,6 +288,8 @@ class App:
         backoff: float | timedelta | Backoff = 1.0,
         timeout: float | timedelta | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        idempotency_ttl: float | timedelta = DEFAULT_TTL,
     ) -> Any:
         """Register a function (sync or async) as a task.
 
@@ -286,10 +303,14 @@ class App:
                 (doubling per attempt, capped at 5 minutes, full jitter).
             timeout: longest run; async runs are cancelled, sync ones abandoned.
             retry_on: exception types retried like ``RetryableError``.
+            idempotent: claim the job id before running, so a job that already succeeded
+                (a redelivery, a replay) is acknowledged without running again.
+            idempotency_ttl: how long the done marker of an idempotent task (and the
+                default of its steps) blocks duplicates; at least twice the retry window.
 
         Raises:
-            ConfigError: unknown level, bad queue name, a name already registered, or a
-                bad retry option.
+            ConfigError: unknown level, bad queue name, a name already registered, a bad
+                retry option, or an idempotency TTL under twice the retry window.
         """
         retry = RetryPolicy(
             retries=retries,
@@ -297,6 +318,8 @@ class App:
             retry_on=tuple(retry_on),
             timeout=seconds(timeout, "timeout") if timeout is not None else None,
         )
+        ttl = seconds(idempotency_ttl, "idempotency_ttl")
+        check_ttl(f"{name or 'task'} job ids", ttl, retry.window)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
@@ -311,6 +334,8 @@ class App:
                 queue=check_name(queue, "queue"),
                 priority=level,
                 retry=retry,
+                idempotent=idempotent,
+                idempotency_ttl=ttl,
             )
             self.tasks[task_name] = registered
             return registered
@@ -329,6 +354,79 @@ class App:
                 )
             outgoing.append(Outgoing(message.job, data, round(message.delay * 1000)))
         return [m.job for m in messages], self.producer.plan_enqueue(outgoing)
+
+    def idempotent(
+        self,
+        key: str,
+        ttl: float | timedelta = DEFAULT_TTL,
+        *,
+        lease: float | timedelta = DEFAULT_LEASE,
+        conn: Any = None,
+    ) -> Claim:
+        """Guard a side effect so it happens once: ``with`` or ``async with``.
+
+        Claims ``key`` before the block (an owner token with a renewed lease), leaves a
+        done marker for ``ttl`` on success, and releases the claim on an exception so a
+        retry can run. Inside a worker, a duplicate's ``AlreadyProcessed`` that escapes
+        the task acknowledges the job without error.
+
+        Args:
+            key: what is done once (e.g. ``f"email:{order_id}"``), at most 512 bytes.
+            ttl: how long the done marker blocks duplicates.
+            lease: how long a claim outlives an owner that stopped renewing it.
+            conn: a psycopg 3 connection: PostgreSQL becomes the source of truth, the
+                claim row joining the connection's current transaction.
+
+        Raises:
+            AlreadyProcessed: on entry, when the key is done.
+            ClaimBusy: on entry, when another worker holds a live claim (a
+                ``RetryableError``: a worker retries the job after the lease).
+            ConfigError: bad key, TTL or lease, or a TTL under twice the running task's
+                retry window.
+        """
+        return Claim(self, key, ttl=ttl, lease=lease, conn=conn)
+
+    def incr_once(
+        self, name: str, request_id: str, amount: int = 1, *, ttl: float | timedelta = DEFAULT_TTL
+    ) -> tuple[bool, int]:
+        """Increment counter ``name`` once per ``request_id`` (retries do not double-count).
+
+        Returns:
+            (counted, value): False and the current value for a repeated request id.
+        """
+        check_key(request_id)
+        guard_ttl = max(1, round(seconds(ttl, "ttl") * 1000))
+        call = ScriptCall(
+            "incr_once",
+            [self.keys.request(name, request_id), self.keys.counter(name)],
+            [guard_ttl, int(amount)],
+        )
+        _, scripts = self.sync_connection()
+        with translated(self.redis_url):
+            counted, value = scripts.run_all([call])[0]
+        return bool(counted), int(value)
+
+    def counter(self, name: str) -> int:
+        """The current value of a counter kept by :meth:`incr_once`."""
+        client, _ = self.sync_connection()
+        with translated(self.redis_url):
+            value = client.get(self.keys.counter(name))
+        return int(value or 0)
+
+    def cooldown(self, key: str, period: float | timedelta) -> bool:
+        """Start a cooldown on ``key`` unless one is running (the lesson's OTP check).
+
+        One atomic ``SET NX PX``, not EXISTS then SET, so two racing callers cannot both
+        pass.
+
+        Returns:
+            True when the caller may act (no cooldown was running; one starts now).
+        """
+        check_key(key)
+        ms = max(1, round(seconds(period, "period") * 1000))
+        client, _ = self.sync_connection()
+        with translated(self.redis_url):
+            return bool(client.set(self.keys.cooldown(key), "1", nx=True, px=ms))
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Queue many jobs in one round trip (batches of 500 per script call).

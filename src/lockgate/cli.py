@@ -318,6 +318,26 @@ def dlq_purge(app_spec: str, yes: bool, url: str | None) -> None:
         click.echo(f"purged {deadletter.purge(app)} dead letters")
 
 
+@main.group()
+def pg() -> None:
+    """PostgreSQL as the source of truth for idempotency."""
+
+
+@pg.command("init")
+@click.option("--dsn", required=True, help="PostgreSQL connection string.")
+@click.option("--table", default="lockgate_claims", show_default=True)
+def pg_init(dsn: str, table: str) -> None:
+    """Create the claims table (safe to run again)."""
+    from lockgate.postgres import init_schema, masked_dsn
+
+    try:
+        init_schema(dsn, table=table)
+    except LockgateError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"table {table} ready at {masked_dsn(dsn)}")
+
+
 @main.command()
 @click.option("--url", default=None,
               help=f"Redis URL (default: ${REDIS_URL_ENV}, else an embedded server).")  # fmt: skip

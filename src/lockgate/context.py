@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from lockgate.errors import LockgateError
 
+if TYPE_CHECKING:
+    from lockgate.app import App
+    from lockgate.idempotency import Claim
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, eq=False)
 class JobContext:
     """What a running task knows about its job.
 
@@ -19,6 +25,7 @@ class JobContext:
         level: priority level name.
         attempt: 1 for the first run.
         enqueued: when the job was enqueued (Unix seconds, producer clock).
+        retry_window: longest span of the task's retry delays, in seconds.
     """
 
     job_id: str
@@ -27,6 +34,27 @@ class JobContext:
     level: str
     attempt: int
     enqueued: float
+    app: App | None = field(default=None, repr=False)
+    retry_window: float = 0.0
+    claimed_keys: set[str] = field(default_factory=set, repr=False)
+
+    def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
+        """An idempotency claim scoped to this job and one external step of it.
+
+        Each step has its own key, so a retry reruns exactly the steps that did not
+        finish. A finished step raises :class:`~lockgate.errors.StepDone` (an
+        ``AlreadyProcessed``) on entry; write ``with suppress(AlreadyProcessed),
+        job.step("email"):`` to skip it and go on with the next step.
+
+        Raises:
+            LockgateError: the job does not belong to an App's worker.
+        """
+        from lockgate.idempotency import DEFAULT_TTL, Claim
+
+        if self.app is None:
+            raise LockgateError("job.step() needs a job run by a lockgate worker")
+        key = f"step:{self.task}:{self.job_id}:{name}"
+        return Claim(self.app, key, ttl=DEFAULT_TTL if ttl is None else ttl, step=name)
 
 
 _current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)
@@ -42,6 +70,11 @@ def current_job() -> JobContext:
     if job is None:
         raise LockgateError("current_job() is only available inside a running lockgate task")
     return job
+
+
+def running_job() -> JobContext | None:
+    """The job being run by the calling task, or None outside one."""
+    return _current.get()
 
 
 def set_current(job: JobContext | None) -> None:

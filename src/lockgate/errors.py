@@ -9,8 +9,11 @@ LockgateError
 ├── SerializationError     a payload cannot be encoded or decoded
 ├── TaskNotFound           a message names a task this app does not know
 ├── InvalidArguments       arguments that do not fit the task (also a TypeError)
+├── DatabaseError          PostgreSQL refused or could not be reached (names the DSN)
 ├── AlreadyProcessed       an idempotent job or step already ran
+│   └── StepDone           a step of a multi-step job already ran
 └── RetryableError         control flow: raise it in a task to have the job retried later
+    └── ClaimBusy          another worker holds a live claim on the key: back off
 ```
 
 redis-py errors are translated at the broker boundary only, with ``raise ... from e``.
@@ -60,7 +63,23 @@ class TaskNotFound(LockgateError):
 
 
 class AlreadyProcessed(LockgateError):
-    """The idempotency key of a job or step is already marked done."""
+    """The idempotency key of a job or step is already marked done.
+
+    Args:
+        key: the idempotency key.
+    """
+
+    def __init__(self, key: str, message: str | None = None) -> None:
+        super().__init__(message or f"already processed: {key}")
+        self.key = key
+
+
+class StepDone(AlreadyProcessed):
+    """A step of a multi-step job already ran; skip it with ``contextlib.suppress``."""
+
+
+class DatabaseError(LockgateError):
+    """PostgreSQL refused an operation or could not be reached."""
 
 
 class InvalidArguments(LockgateError, TypeError):
@@ -82,3 +101,19 @@ class RetryableError(LockgateError):
         if delay is not None and delay < 0:
             raise ValueError(f"delay must not be negative, got {delay}")
         self.delay = delay
+
+
+class ClaimBusy(RetryableError):
+    """Another worker holds a live claim on an idempotency key; retry after it ends.
+
+    Args:
+        key: the idempotency key.
+        retry_after: seconds left on the holder's lease.
+    """
+
+    def __init__(self, key: str, retry_after: float) -> None:
+        super().__init__(
+            f"{key} is being processed by another worker (lease ends in {retry_after:.1f}s)",
+            delay=retry_after,
+        )
+        self.key = key

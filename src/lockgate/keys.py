@@ -33,6 +33,22 @@ class Keys:
         """
         return f"{self.prefix}:delayed:{queue}:{level}"
 
+    def claim(self, key: str) -> str:
+        """An idempotency claim or done marker."""
+        return f"{self.prefix}:idem:{key}"
+
+    def counter(self, name: str) -> str:
+        """A counter kept by ``App.incr_once``."""
+        return f"{self.prefix}:counter:{name}"
+
+    def request(self, name: str, request_id: str) -> str:
+        """The guard of one request id on one counter."""
+        return f"{self.prefix}:request:{name}:{request_id}"
+
+    def cooldown(self, key: str) -> str:
+        """A cooldown (rate limit) marker."""
+        return f"{self.prefix}:cooldown:{key}"
+
     def dead(self) -> str:
         """The dead-letter stream of the namespace."""
         return f"{self.prefix}:dead"

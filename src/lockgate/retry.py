@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Literal, cast
 
 from lockgate.config import seconds
-from lockgate.errors import ConfigError, RetryableError
+from lockgate.errors import AlreadyProcessed, ConfigError, RetryableError, StepDone
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +101,16 @@ def decide(
     """Decide the fate of a run that ended with ``error`` (None: success)."""
     if error is None:
         return ACK
+    if isinstance(error, StepDone):
+        # A finished step raises on entry; left uncaught, it would end the job early and
+        # silently skip the steps after it. Stop loudly instead (replayable once fixed).
+        return Outcome(
+            "dead",
+            reason=f"{error} and the AlreadyProcessed escaped the task, so later steps did "
+            "not run: write 'with contextlib.suppress(AlreadyProcessed), job.step(...):'",
+        )
+    if isinstance(error, AlreadyProcessed):
+        return ACK  # a duplicate of work already done: acknowledge, do not retry
     retryable = isinstance(error, RetryableError | TimeoutError) or (
         bool(policy.retry_on) and isinstance(error, policy.retry_on)
     )

@@ -35,7 +35,14 @@ from lockgate.broker import Consumer, Delivery, async_client, translated
 from lockgate.codec import Job
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, set_current
-from lockgate.errors import ConnectionFailed, InvalidArguments, LockgateError
+from lockgate.errors import (
+    AlreadyProcessed,
+    ClaimBusy,
+    ConnectionFailed,
+    InvalidArguments,
+    LockgateError,
+)
+from lockgate.idempotency import Claim
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.retry import decide
 from lockgate.sorted_broker import SortedConsumer, SortedProducer
@@ -247,16 +254,49 @@ class Worker:
         except InvalidArguments as e:
             await self._dead_letter(delivery, "wrong arguments", e)
             return
-        set_current(JobContext(job.id, job.task, job.queue, job.level, job.attempt, job.enqueued))
+        set_current(
+            JobContext(
+                job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
+                app=self.app, retry_window=task.retry.window,
+            )
+        )  # fmt: skip
+        claim = await self._claim_job(delivery, task, job) if task.idempotent else None
+        if claim is False:
+            return
         error: BaseException | None = None
         try:
             await self._call(task, job)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
             log.warning("job %s (%s) stopped before it finished; left pending", job.id, job.task)
+            if isinstance(claim, Claim):
+                await claim.__aexit__(type(e), e, None)
             raise
         except BaseException as e:  # a task's SystemExit must not stop the worker
             error = e
+        if isinstance(claim, Claim):
+            await claim.__aexit__(type(error) if error else None, error, None)
         await self._settle(delivery, task, job, error)
+
+    async def _claim_job(self, delivery: Delivery, task: Task[Any, Any], job: Job) -> Claim | bool:
+        """Claim an idempotent task's job id; False when the job must not run now."""
+        assert self._consumer is not None
+        claim = Claim(
+            self.app, f"job:{job.id}", ttl=task.idempotency_ttl,
+            lease=self.config.visibility_seconds,
+        )  # fmt: skip
+        try:
+            await claim.__aenter__()
+        except AlreadyProcessed:
+            log.info("job %s (%s) already processed: acknowledged without running",
+                     job.id, job.task)  # fmt: skip
+            self._done.append(delivery)
+            self._ack_wake.set()
+            return False
+        except ClaimBusy as e:
+            # Another worker runs it right now: back off without spending an attempt.
+            await self._consumer.retry(delivery, job, e.delay or 0.0)
+            return False
+        return claim
 
     async def _call(self, task: Task[Any, Any], job: Job) -> None:
         timeout = task.retry.timeout

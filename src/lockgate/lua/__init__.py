@@ -34,6 +34,10 @@ ScriptName = Literal[
     "forget_consumers",
     "retry_sorted",
     "dead_letter_sorted",
+    "idem_claim",
+    "idem_settle",
+    "idem_mark_done",
+    "incr_once",
     "stats_stream",
     "stats_sorted",
 ]

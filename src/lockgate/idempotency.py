@@ -1,0 +1,278 @@
+"""Idempotent side effects: crash-safe claims in Redis, optionally backed by PostgreSQL.
+
+A claim is an owner token with a short lease that a background thread renews while the
+side effect runs; success turns it into a separate done marker with a long TTL; a failure
+releases it so a retry can run. Completing, releasing and renewing are compare-and-set on
+the token (Lua), so a worker whose lease lapsed can never delete or complete the claim of
+the worker that took over. A worker killed mid-claim stops renewing and its claim expires
+with the lease: the job is not skipped forever, as it is with the lesson's plain SET NX.
+
+With a PostgreSQL connection the database is the source of truth: the claim row is
+inserted in the caller's transaction (commits or rolls back with the business write),
+Redis is consulted first as a cache, and a done marker is refilled from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+import weakref
+from collections.abc import Iterable
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from lockgate.broker import translated
+from lockgate.config import seconds
+from lockgate.context import running_job
+from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
+from lockgate.lua import ScriptCall
+
+if TYPE_CHECKING:
+    from lockgate.app import App
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_BYTES = 512
+DEFAULT_TTL = 86_400.0
+DEFAULT_LEASE = 30.0
+
+
+def check_key(key: str) -> str:
+    """Validate an idempotency key.
+
+    Raises:
+        ConfigError: empty, not a string, or over 512 bytes.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"an idempotency key must be a non-empty string, got {key!r}")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ConfigError(f"idempotency key {key[:40]!r}... is over {MAX_KEY_BYTES} bytes")
+    return key
+
+
+def check_ttl(key: str, ttl: float, retry_window: float) -> None:
+    """The lesson's anti-pattern: a done marker that expires before the retries end.
+
+    Raises:
+        ConfigError: ``ttl`` is shorter than twice the retry window.
+    """
+    if ttl < 2 * retry_window:
+        raise ConfigError(
+            f"idempotency TTL for {key!r} is {ttl:g}s, shorter than twice the task's retry "
+            f"window ({retry_window:g}s): a retry after the marker expired would run the "
+            "side effect again; raise the TTL or shorten the retries"
+        )
+
+
+class LeaseKeeper:
+    """One daemon thread per App that renews the leases of live claims."""
+
+    def __init__(self, app: App) -> None:
+        self._app = weakref.ref(app)
+        self._claims: dict[str, Claim] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.token] = claim
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="lockgate-lease-keeper", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                claims = list(self._claims.values())
+            interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
+            self._wake.wait(interval)
+            app = self._app()
+            if app is None:
+                return
+            if claims:
+                self._renew(app, claims)
+
+    def _renew(self, app: App, claims: Iterable[Claim]) -> None:
+        live = [c for c in claims if c.token in self._claims]
+        calls = [c.settle_call("renew", c.lease) for c in live]
+        try:
+            _, scripts = app.sync_connection()
+            with translated(app.redis_url):
+                replies = scripts.run_all(calls) if calls else []
+        except Exception as e:  # keep renewing the others next round
+            log.error("renewing %d idempotency leases failed: %s", len(calls), e)
+            return
+        for claim, kept in zip(live, replies, strict=True):
+            if not kept:
+                claim.lost = True
+                log.error("lost the claim on %s: its lease lapsed and may be taken over",
+                          claim.key)  # fmt: skip
+
+
+class Claim:
+    """An idempotency claim, used as ``with`` (sync) or ``async with`` (async).
+
+    Args:
+        app: the App whose Redis holds the claim.
+        key: what is being done once (an order id, a job and step, ...).
+        ttl: how long the done marker blocks duplicates.
+        lease: how long a claim survives its owner without renewal.
+        conn: a psycopg 3 connection (sync for ``with``, async for ``async with``); the
+            claim row is then inserted in its current transaction, and PostgreSQL is the
+            source of truth.
+        step: the step name when this claim guards one step of a job.
+
+    Raises (on entry):
+        AlreadyProcessed: the key is done (``StepDone`` for a step).
+        ClaimBusy: another worker holds a live claim; retry after ``delay`` seconds.
+        ConfigError: bad key, TTL or lease, a TTL under twice the task's retry window, or
+            a key already claimed by this same job run (one key shared by several steps).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        key: str,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL,
+        lease: float | timedelta = DEFAULT_LEASE,
+        conn: Any = None,
+        step: str | None = None,
+    ) -> None:
+        self.key = check_key(key)
+        self.ttl = seconds(ttl, "ttl")
+        self.lease = seconds(lease, "lease")
+        if self.ttl <= 0:
+            raise ConfigError(f"ttl for {key!r} must be positive, got {ttl!r}")
+        if self.lease < 0.1:
+            raise ConfigError(f"lease for {key!r} must be at least 0.1 s, got {lease!r}")
+        self.app = app
+        self.conn = conn
+        self.step = step
+        self.token = uuid.uuid4().hex
+        self.lost = False
+        self._redis_key = app.keys.claim(key)
+
+    def settle_call(self, action: str, duration: float) -> ScriptCall:
+        """The script call that finishes ('done', 'release') or renews this claim."""
+        ms = max(1, round(duration * 1000))
+        return ScriptCall("idem_settle", [self._redis_key], [self.token, action, ms])
+
+    def _claim_call(self) -> ScriptCall:
+        return ScriptCall("idem_claim", [self._redis_key], [self.token, round(self.lease * 1000)])
+
+    def _guard(self) -> None:
+        job = running_job()
+        if job is None:
+            return
+        check_ttl(self.key, self.ttl, job.retry_window)
+        if self.key in job.claimed_keys:
+            raise ConfigError(
+                f"idempotency key {self.key!r} is claimed twice in one run of job "
+                f"{job.job_id}: give each external step its own key (job.step(name))"
+            )
+        job.claimed_keys.add(self.key)
+
+    def _done(self) -> AlreadyProcessed:
+        if self.step is not None:
+            return StepDone(self.key, f"step {self.step!r} already done ({self.key})")
+        return AlreadyProcessed(self.key)
+
+    def _outcome(self, reply: list[int]) -> None:
+        state, remaining_ms = reply
+        if state == 0:
+            raise self._done()
+        if state < 0:
+            raise ClaimBusy(self.key, remaining_ms / 1000)
+
+    # sync
+
+    def __enter__(self) -> Claim:
+        self._guard()
+        _, scripts = self.app.sync_connection()
+        with translated(self.app.redis_url):
+            self._outcome(scripts.run_all([self._claim_call()])[0])
+        self.app.lease_keeper.add(self)
+        if self.conn is not None:
+            from lockgate.postgres import claim as pg_claim
+
+            try:
+                first = pg_claim(self.conn, self.key)
+            except BaseException:
+                self._finish("release")
+                raise
+            if not first:
+                self._finish("done")  # refill the cache from the source of truth
+                raise self._done()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._finish(self._exit_action(exc_type))
+
+    def _exit_action(self, exc_type: type[BaseException] | None) -> str:
+        # With PostgreSQL the row commits with the caller's transaction, after this exit;
+        # marking done here could outlive a rollback. Release instead: a duplicate then
+        # meets the row (or waits on its lock) and refills the marker.
+        return "release" if exc_type is not None or self.conn is not None else "done"
+
+    def _finish(self, action: str) -> None:
+        self.app.lease_keeper.remove(self)
+        _, scripts = self.app.sync_connection()
+        with translated(self.app.redis_url):
+            kept = scripts.run_all([self.settle_call(action, self.ttl)])[0]
+        self._report(action, kept)
+
+    def _report(self, action: str, kept: int) -> None:
+        if not kept:
+            log.error("claim on %s was taken over before %s: another worker may have run it",
+                      self.key, action)  # fmt: skip
+
+    # async
+
+    async def __aenter__(self) -> Claim:
+        self._guard()
+        _, scripts = self.app.async_connection()
+        with translated(self.app.redis_url):
+            self._outcome(await scripts.run(self._claim_call()))
+        self.app.lease_keeper.add(self)
+        if self.conn is not None:
+            from lockgate.postgres import claim_async as pg_claim_async
+
+            try:
+                first = await pg_claim_async(self.conn, self.key)
+            except BaseException:
+                await self._afinish("release")
+                raise
+            if not first:
+                await self._afinish("done")
+                raise self._done()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._afinish(self._exit_action(exc_type))
+
+    async def _afinish(self, action: str) -> None:
+        self.app.lease_keeper.remove(self)
+        _, scripts = self.app.async_connection()
+        with translated(self.app.redis_url):
+            kept = await scripts.run(self.settle_call(action, self.ttl))
+        self._report(action, kept)

@@ -1,0 +1,14 @@
+-- idem_claim.lua: claim an idempotency key before a side effect.
+-- KEYS: the claim key
+-- ARGV: owner token, lease in ms
+-- Touches: SET of 'c:<token>' with the lease as its expiry, only when the key is absent.
+--          A claim whose owner stopped renewing (it died) expires with its lease and can
+--          be taken over; a done marker ('d:<token>') stays for its own, long TTL.
+-- Returns: {1, 0} claimed; {0, 0} already done; {-1, ms left on the holder's lease} busy.
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'PX', ARGV[2])
+  return {1, 0}
+end
+if string.sub(current, 1, 2) == 'd:' then return {0, 0} end
+return {-1, math.max(0, redis.call('PTTL', KEYS[1]))}

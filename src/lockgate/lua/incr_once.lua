@@ -1,0 +1,9 @@
+-- incr_once.lua: an increment guarded by a request id (the lesson's track_view_safe).
+-- KEYS: the request-id guard, the counter
+-- ARGV: guard TTL in ms, amount
+-- Touches: SET NX PX of the guard; INCRBY of the counter only when the guard was new.
+-- Returns: {1, new value} when counted, {0, current value} for a repeated request id.
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  return {1, redis.call('INCRBY', KEYS[2], ARGV[2])}
+end
+return {0, tonumber(redis.call('GET', KEYS[2]) or '0')}
