@@ -142,14 +142,20 @@ def masked(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def async_client(url: str) -> aioredis.Redis:
+def async_client(url: str, *, socket_timeout: float = 5.0) -> aioredis.Redis:
     """An async client for ``url``.
+
+    Args:
+        socket_timeout: longest wait for a reply; a worker's must exceed its blocking
+            reads (redis-py 6+ defaults it to 5 s).
 
     Raises:
         ConfigError: the URL is not a Redis URL.
     """
     try:
-        return aioredis.Redis.from_url(url, health_check_interval=30)
+        return aioredis.Redis.from_url(
+            url, health_check_interval=30, socket_timeout=socket_timeout, socket_keepalive=True
+        )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
 

@@ -346,4 +346,4 @@ def demo(url: str | None) -> None:
     from lockgate.demo import run_demo
 
     with reported_errors():
-        run_demo(url or os.environ.get(REDIS_URL_ENV))
+        run_demo(url)

@@ -17,8 +17,7 @@ import logging
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -36,6 +35,7 @@ from lockgate.app import App
 from lockgate.broker import masked
 from lockgate.config import Backend, PolicyName, WorkerConfig
 from lockgate.context import current_job
+from lockgate.embedded import redis_url_or_embedded
 from lockgate.worker import Worker
 
 LOW_JOBS, NORMAL_JOBS, CRITICAL_JOBS = 5_000, 500, 100
@@ -188,22 +188,11 @@ def report(runs: list[Run], levels: list[str], weights: dict[str, int]) -> Table
     return table
 
 
-@contextmanager
-def _server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from lockgate.embedded import EmbeddedServer
-
-    with EmbeddedServer() as server:
-        yield server.url
-
-
 def run_demo(url: str | None) -> None:
     """Play every run and print the table (an embedded server when ``url`` is None)."""
     console = Console()
     logging.getLogger("lockgate").setLevel(logging.WARNING)  # keep the progress bars readable
-    with _server(url) as server_url:
+    with redis_url_or_embedded(url) as server_url:
         where = masked(server_url) if url else f"an embedded server ({server_url})"
         console.print(f"lockgate demo on {where}")
         runs = []

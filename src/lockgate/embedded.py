@@ -7,13 +7,17 @@ unless ``appendonly`` is asked for (then an AOF with fsync every second, or alwa
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from lockgate.config import REDIS_URL_ENV
 from lockgate.errors import ConnectionFailed
 
 Fsync = Literal["everysec", "always"]
@@ -88,3 +92,14 @@ class EmbeddedServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@contextmanager
+def redis_url_or_embedded(url: str | None = None) -> Iterator[str]:
+    """``url``, else ``$LOCKGATE_REDIS_URL``, else an embedded server for the block."""
+    url = url or os.environ.get(REDIS_URL_ENV)
+    if url:
+        yield url
+        return
+    with EmbeddedServer() as server:
+        yield server.url

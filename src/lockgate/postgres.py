@@ -95,9 +95,7 @@ def init_schema(dsn: str, *, table: str = TABLE) -> None:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             conn.execute(_schema(table))
     except psycopg.Error as e:
-        raise DatabaseError(
-            f"cannot create {table!r} at {masked_dsn(dsn)}: {_one_line(e)}"
-        ) from e
+        raise DatabaseError(f"cannot create {table!r} at {masked_dsn(dsn)}: {_one_line(e)}") from e
 
 
 def _one_line(error: BaseException) -> str:

@@ -79,6 +79,7 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._next_reclaim = 0.0
         self._reclaim_rounds = 0
+        self._burst = False
 
     @property
     def failed(self) -> int:
@@ -94,13 +95,19 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
-    async def run(self, *, install_signal_handlers: bool = False) -> None:
+    async def run(self, *, install_signal_handlers: bool = False, burst: bool = False) -> None:
         """Run until :meth:`request_stop` (or SIGTERM/SIGINT when handlers are installed).
+
+        Args:
+            install_signal_handlers: stop gracefully on SIGTERM and SIGINT.
+            burst: stop by itself once nothing is queued, delayed or running (for
+                scripts, examples and tests).
 
         Raises:
             ConnectionFailed: Redis cannot be reached at start.
         """
-        client = async_client(self.app.redis_url)
+        # Blocking reads last up to idle_wait: the socket timeout must outlast them.
+        client = async_client(self.app.redis_url, socket_timeout=self.config.idle_wait_seconds + 10)
         try:
             with translated(self.app.redis_url):
                 await client.ping()
@@ -108,6 +115,7 @@ class Worker:
             await client.aclose()
             raise
         self._consumer = self._make_consumer(client)
+        self._burst = burst
         # Room beyond concurrency for sync runs abandoned after their timeout.
         self._pool = ThreadPoolExecutor(self.config.concurrency * 2, "lockgate-task")
         if install_signal_handlers:
@@ -184,6 +192,10 @@ class Worker:
             else:
                 self._start(delivery)
         if not result.deliveries:
+            if self._burst and result.next_due is None and not self._running:
+                log.info("burst: nothing left to do")
+                self._stopping.set()
+                return False
             timeout = self.config.idle_wait_seconds
             if result.next_due is not None:
                 timeout = min(timeout, result.next_due + 0.005)
