@@ -36,3 +36,11 @@ def effect(n: int, flaky: bool = False) -> None:
 def poison(n: int) -> None:
     """A job that kills whichever worker runs it."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task(priority="critical", idempotent=True)
+def pay(n: int) -> None:
+    """A payment recorded once: Redis claim first, PostgreSQL row as the source of truth."""
+    with pool().connection() as conn, conn.transaction():
+        with app.idempotent(f"pay:{RUN}:{n}", conn=conn):
+            conn.execute("INSERT INTO chaos_effects (run, n) VALUES (%s, %s)", (RUN, n))
