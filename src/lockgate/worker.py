@@ -75,6 +75,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._ack_wake = asyncio.Event()
+        self._closing = asyncio.Event()  # helpers finish their round and return
         self._consumer: Consumer | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._next_reclaim = 0.0
@@ -192,7 +193,9 @@ class Worker:
             else:
                 self._start(delivery)
         if not result.deliveries:
-            if self._burst and result.next_due is None and not self._running:
+            if self._burst and result.next_due is None:
+                if self._running:
+                    return True  # wait for the last jobs, then look once more
                 log.info("burst: nothing left to do")
                 self._stopping.set()
                 return False
@@ -363,10 +366,11 @@ class Worker:
             self.dead += 1
 
     async def _ack_loop(self) -> None:
-        while True:
+        while not self._closing.is_set():
             await self._ack_wake.wait()
             self._ack_wake.clear()
             await self._flush_acks()
+        await self._flush_acks()
 
     async def _flush_acks(self) -> None:
         assert self._consumer is not None
@@ -375,7 +379,7 @@ class Worker:
         batch, self._done = self._done, []
         try:
             await self._consumer.ack(batch)
-        except ConnectionFailed as e:
+        except LockgateError as e:
             # Unacked jobs stay pending in Redis and run again elsewhere: at-least-once.
             log.error("could not ack %d jobs: %s", len(batch), e)
             return
@@ -384,8 +388,11 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         assert self._consumer is not None
         interval = self.config.visibility_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), interval)
+            if self._closing.is_set():
+                return
             alive = list(self._running.values())
             if self._held is not None:
                 alive.append(self._held)
@@ -404,12 +411,14 @@ class Worker:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        for helper in helpers:
+        # Helpers are told to finish, not cancelled: a cancellation landing inside a Redis
+        # call can be absorbed by the client and leave the helper waiting forever.
+        self._closing.set()
+        self._ack_wake.set()
+        _, stuck = await asyncio.wait(helpers, timeout=10)
+        for helper in stuck:
             helper.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
         if self._consumer is not None:
-            with contextlib.suppress(ConnectionFailed):
-                await self._flush_acks()
             await self._consumer.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
