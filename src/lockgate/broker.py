@@ -104,8 +104,14 @@ class Consumer(Protocol):
     async def wait_for_work(self, timeout: float) -> None:
         """Block until new work may be there, or ``timeout`` seconds pass."""
 
-    async def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Mark deliveries done: acknowledged, deleted, job ids freed."""
+    async def ack(
+        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
+    ) -> list[Any]:
+        """Mark deliveries done: acknowledged, deleted, job ids freed.
+
+        ``before`` runs first in the same round trip (idempotency done markers), and its
+        replies are returned.
+        """
 
     async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
         """Replace a delivery by the job's next attempt, due in ``delay`` seconds."""

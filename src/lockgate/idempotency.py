@@ -234,9 +234,15 @@ class Claim:
         _, scripts = self.app.sync_connection()
         with translated(self.app.redis_url):
             kept = scripts.run_all([self.settle_call(action, self.ttl)])[0]
-        self._report(action, kept)
+        self.settled(action, kept)
 
-    def _report(self, action: str, kept: int) -> None:
+    def settled(self, action: str, kept: int) -> None:
+        """Stop renewing; log when the claim had been taken over before ``action``.
+
+        For callers that send :meth:`settle_call` themselves (the worker batches the done
+        markers of idempotent tasks with its acks).
+        """
+        self.app.lease_keeper.remove(self)
         if not kept:
             log.error("claim on %s was taken over before %s: another worker may have run it",
                       self.key, action)  # fmt: skip
@@ -275,4 +281,4 @@ class Claim:
         _, scripts = self.app.async_connection()
         with translated(self.app.redis_url):
             kept = await scripts.run(self.settle_call(action, self.ttl))
-        self._report(action, kept)
+        self.settled(action, kept)

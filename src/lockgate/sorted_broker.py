@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -131,7 +132,9 @@ class SortedConsumer:
             # BLPOP's timeout is in seconds and accepts fractions since Redis 6.0.
             await self._client.blpop(wakeups, timeout=max(0.01, timeout))
 
-    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+    async def ack(
+        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
+    ) -> list[Any]:
         by_queue: dict[str, list[str]] = defaultdict(list)
         for delivery in deliveries:
             by_queue[delivery.queue].append(delivery.ref)
@@ -142,7 +145,8 @@ class SortedConsumer:
             keys = [q.inflight, q.payloads, q.ranks, q.deliveries, *markers]
             calls.append(ScriptCall("ack_sorted", keys, job_ids))
         with translated(self._url):
-            await self._scripts.run_all(calls)
+            replies = await self._scripts.run_all([*before, *calls])
+        return replies[: len(before)]
 
     async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
         q = self._keys.sorted_keys(delivery.queue)

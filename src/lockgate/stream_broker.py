@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.typing import KeyT, StreamIdT
@@ -151,7 +152,9 @@ class StreamConsumer:
     def _marker(self, delivery: Delivery) -> str:
         return self._keys.job(delivery.job.id if delivery.job else delivery.job_id)
 
-    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+    async def ack(
+        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
+    ) -> list[Any]:
         by_stream: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in deliveries:
             by_stream[delivery.source].append(delivery)
@@ -164,7 +167,8 @@ class StreamConsumer:
             for stream, group in by_stream.items()
         ]
         with translated(self._url):
-            await self._scripts.run_all(calls)
+            replies = await self._scripts.run_all([*before, *calls])
+        return replies[: len(before)]
 
     async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
         queue, level = self._places[delivery.source]

@@ -71,7 +71,7 @@ class Worker:
         self._running: dict[asyncio.Task[None], Delivery] = {}
         self._held: Delivery | None = None  # a reclaimed job waiting to run alone
         self._alone: asyncio.Task[None] | None = None  # the reclaimed job running alone
-        self._done: list[Delivery] = []
+        self._done: list[tuple[Delivery, Claim | None]] = []
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._ack_wake = asyncio.Event()
@@ -288,9 +288,9 @@ class Worker:
             raise
         except BaseException as e:  # a task's SystemExit must not stop the worker
             error = e
-        if isinstance(claim, Claim):
-            await claim.__aexit__(type(error) if error else None, error, None)
-        await self._settle(delivery, task, job, error)
+        if isinstance(claim, Claim) and error is not None:
+            await claim.__aexit__(type(error), error, None)  # released: a retry may run
+        await self._settle(delivery, task, job, error, claim if isinstance(claim, Claim) else None)
 
     async def _claim_job(self, delivery: Delivery, task: Task[Any, Any], job: Job) -> Claim | bool:
         """Claim an idempotent task's job id; False when the job must not run now."""
@@ -304,7 +304,7 @@ class Worker:
         except AlreadyProcessed:
             log.info("job %s (%s) already processed: acknowledged without running",
                      job.id, job.task)  # fmt: skip
-            self._done.append(delivery)
+            self._done.append((delivery, None))
             self._ack_wake.set()
             return False
         except ClaimBusy as e:
@@ -335,11 +335,17 @@ class Worker:
             )
 
     async def _settle(
-        self, delivery: Delivery, task: Task[Any, Any], job: Job, error: BaseException | None
+        self,
+        delivery: Delivery,
+        task: Task[Any, Any],
+        job: Job,
+        error: BaseException | None,
+        claim: Claim | None = None,
     ) -> None:
         outcome = decide(error, job.attempt, task.retry)
         if outcome.action == "ack":
-            self._done.append(delivery)
+            # The done marker goes with the ack, in the same round trip and before it.
+            self._done.append((delivery, claim if error is None else None))
             self._ack_wake.set()
             return
         assert self._consumer is not None and error is not None
@@ -377,12 +383,19 @@ class Worker:
         if not self._done:
             return
         batch, self._done = self._done, []
+        claims = [claim for _, claim in batch if claim is not None]
+        done_calls = [claim.settle_call("done", claim.ttl) for claim in claims]
         try:
-            await self._consumer.ack(batch)
+            kept = await self._consumer.ack([delivery for delivery, _ in batch], done_calls)
         except LockgateError as e:
-            # Unacked jobs stay pending in Redis and run again elsewhere: at-least-once.
+            # Unacked jobs stay pending in Redis and run again elsewhere: at-least-once;
+            # their claims expire with the lease and the rerun finds them free.
             log.error("could not ack %d jobs: %s", len(batch), e)
+            for claim in claims:
+                self.app.lease_keeper.remove(claim)
             return
+        for claim, still_ours in zip(claims, kept, strict=True):
+            claim.settled("done", still_ours)
         self.processed += len(batch)
 
     async def _heartbeat_loop(self) -> None:
