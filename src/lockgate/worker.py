@@ -215,7 +215,9 @@ class Worker:
             self._next_reclaim = time.monotonic() + visibility / 2
             self._reclaim_rounds += 1
             if self._reclaim_rounds % FORGET_EVERY == 0:
-                await self._consumer.forget_consumers(max(60.0, visibility * 4))
+                # A live consumer removed here is harmless: it owns nothing, and its
+                # next read recreates it.
+                await self._consumer.forget_consumers(max(10.0, visibility * 4))
             return False
         log.warning("job %s reclaimed from a worker that stopped (delivery %d)",
                     delivery.job_id, delivery.deliveries)  # fmt: skip
