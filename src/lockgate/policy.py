@@ -52,7 +52,7 @@ class WeightedPolicy:
     to the weights (10:5:1 gives 10, 5 and 1 of every 16), at any read size, 1 included.
 
     A level that ran dry may not bank credit while idle and then monopolise the worker
-    when work returns: its clock is lifted to the slowest clock among levels that were
+    when work returns: its clock is lifted to the virtual start time of the latest job
     served, the usual WFQ rule for a flow that becomes active again.
     """
 
@@ -74,9 +74,10 @@ class WeightedPolicy:
     def record(self, taken: Sequence[int], exhausted: Sequence[bool]) -> None:
         for i, count in enumerate(taken):
             self._clock[i] += count * self._step[i]
-        served = [self._clock[i] for i, count in enumerate(taken) if count]
+        # The virtual start time of the latest job served: the system's virtual time.
+        served = [self._clock[i] - self._step[i] for i, count in enumerate(taken) if count]
         if served:
-            floor = min(served)
+            floor = max(served)
             for i, dry in enumerate(exhausted):
                 if dry and self._clock[i] < floor:
                     self._clock[i] = floor
