@@ -1,0 +1,55 @@
+"""A private Redis server killed and restarted under a running worker and a producer."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conftest import delete_namespace, running, wait_until, worker_for
+from lockgate import App, ConnectionFailed
+from lockgate.embedded import EmbeddedServer
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A server of this test's own (AOF fsync always), so killing it harms no one."""
+    with EmbeddedServer(appendonly=True, fsync="always") as embedded:
+        yield embedded
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_jobs_and_worker_survive_a_server_crash(
+    make_app: Callable[..., App], server: EmbeddedServer, backend: str
+) -> None:
+    namespace = uuid.uuid4().hex
+    app = make_app(redis_url=server.url, namespace=namespace, backend=backend)
+    ran: list[str] = []
+
+    @app.task
+    async def job(name: str) -> None:
+        ran.append(name)
+
+    try:
+        # Queued before the crash, with no worker: the AOF keeps them.
+        for n in range(3):
+            job.enqueue(f"before-{n}")
+        server.kill()
+        with pytest.raises(ConnectionFailed):
+            job.enqueue("while-down")
+        server.start()
+
+        worker = worker_for(app, concurrency=2)
+        async with running(worker):
+            await wait_until(lambda: worker.processed == 3, message="jobs from before the crash")
+            # Crash again under the running (idle) worker: it reconnects by itself, and
+            # the scripts are loaded again on the new server process.
+            server.kill()
+            server.start()
+            for n in range(3):
+                await job.enqueue_async(f"after-{n}")
+            await wait_until(lambda: worker.processed == 6, message="jobs after the restart")
+        assert sorted(ran) == [f"after-{n}" for n in range(3)] + [f"before-{n}" for n in range(3)]
+    finally:
+        delete_namespace(server.url, namespace)

@@ -1,0 +1,178 @@
+"""Shared fixtures: one real Redis for the session, a fresh namespace per test.
+
+Redis is the one at 127.0.0.1:6379 when it answers PING, else a private embedded server
+started for the session. No Redis at all fails the run: nothing here skips. Tests never
+flush; each gets its own ``uuid4().hex`` namespace (the keys' hash tag) and its keys are
+deleted at teardown, so tests can share a server and run in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from lockgate import App, Worker, WorkerConfig
+from lockgate.embedded import EmbeddedServer
+
+SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
+# Loose bounds against hangs, never timing goals.
+WAIT_TIMEOUT = 30.0
+POLL_INTERVAL = 0.005
+
+
+async def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = WAIT_TIMEOUT,
+    message: str = "",
+) -> Any:
+    """Poll ``predicate`` (sync, or returning an awaitable) until it is truthy.
+
+    Returns:
+        The predicate's first truthy value.
+
+    Raises:
+        AssertionError: it stayed falsy for ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {message or predicate}")
+        await asyncio.sleep(POLL_INTERVAL)
+
+
+def wait_until_sync(
+    predicate: Callable[[], Any],
+    timeout: float = WAIT_TIMEOUT,
+    message: str = "",
+) -> Any:
+    """Blocking :func:`wait_until`, for sync tests and subprocess supervision."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {message or predicate}")
+        time.sleep(POLL_INTERVAL)
+
+
+def _answers(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of the session's Redis: the shared local one, else a private embedded one."""
+    if _answers(SHARED_REDIS_URL):
+        yield SHARED_REDIS_URL
+        return
+    # Raises (and so fails every test that needs Redis) when no server can be had.
+    with EmbeddedServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def namespace(redis_url: str) -> Iterator[str]:
+    """A fresh namespace; its keys are deleted at teardown (never a flush)."""
+    ns = uuid.uuid4().hex
+    yield ns
+    delete_namespace(redis_url, ns)
+
+
+def delete_namespace(url: str, ns: str) -> None:
+    """Delete every key of one namespace on the server at ``url``."""
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"lockgate:{{{ns}}}:*", count=10000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def rclient(redis_url: str) -> Iterator[redis.Redis]:
+    """A sync Redis client for inspecting what the library wrote."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def make_app(redis_url: str, namespace: str) -> AsyncIterator[Callable[..., App]]:
+    """Factory of Apps on the session's Redis and the test's namespace, closed at teardown.
+
+    Keyword arguments go to :class:`App`; ``redis_url`` and ``namespace`` may be overridden.
+    """
+    apps: list[App] = []
+
+    def factory(**kwargs: Any) -> App:
+        kwargs.setdefault("redis_url", redis_url)
+        kwargs.setdefault("namespace", namespace)
+        app = App(**kwargs)
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        await app.aclose()
+        app.close()
+
+
+async def finish(worker: Worker, task: asyncio.Task[None], timeout: float = WAIT_TIMEOUT) -> None:
+    """Await a worker's run() task that was asked to stop; fail if it does not end in time.
+
+    A worker that hangs is cancelled and its connection closed (best effort), so the
+    failure stays in this test instead of leaking unclosed sockets into later ones.
+    """
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        consumer = worker._consumer  # cleanup after a hang only
+        if consumer is not None:
+            await consumer.close()
+        raise AssertionError(f"the worker did not stop within {timeout}s of request_stop()")
+    task.result()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    worker: Worker, *, stop_timeout: float = WAIT_TIMEOUT, **run_kwargs: Any
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run a worker in the background for the block; stop it and await it on the way out.
+
+    A worker that crashed makes the block fail with its exception.
+    """
+    task = asyncio.create_task(worker.run(**run_kwargs))
+    try:
+        yield task
+    finally:
+        worker.request_stop()
+        await finish(worker, task, stop_timeout)
+
+
+def worker_for(app: App, **config: Any) -> Worker:
+    """A worker with a short idle wait (the wake-up path is tested on its own)."""
+    config.setdefault("idle_wait", 1.0)
+    config.setdefault("grace_period", 10.0)
+    return Worker(app, WorkerConfig(**config))

@@ -1,0 +1,60 @@
+"""The public surface is deliberate: every export is listed, and nothing else is public."""
+
+from __future__ import annotations
+
+import types
+
+import lockgate
+
+EXPECTED = [
+    "AlreadyProcessed",
+    "App",
+    "BrokerError",
+    "ConfigError",
+    "ConnectionFailed",
+    "EnqueueResult",
+    "InvalidArguments",
+    "JobContext",
+    "LockgateError",
+    "Message",
+    "ScriptError",
+    "SerializationError",
+    "Task",
+    "TaskNotFound",
+    "Worker",
+    "WorkerConfig",
+    "current_job",
+]
+
+
+def test_all_imports_are_exported() -> None:
+    public = [
+        name
+        for name, value in vars(lockgate).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    ]
+    assert lockgate.__all__ == sorted(public)
+
+
+def test_exports_are_pinned() -> None:
+    # Adding or removing a public name is an API decision: update this list with it.
+    assert lockgate.__all__ == EXPECTED
+
+
+def test_every_export_is_documented() -> None:
+    undocumented = [name for name in lockgate.__all__ if not getattr(lockgate, name).__doc__]
+    assert undocumented == []
+
+
+def test_errors_share_one_root() -> None:
+    errors = [
+        getattr(lockgate, name)
+        for name in lockgate.__all__
+        if isinstance(getattr(lockgate, name), type)
+        and issubclass(getattr(lockgate, name), BaseException)
+    ]
+    assert len(errors) == 9
+    assert all(issubclass(error, lockgate.LockgateError) for error in errors)
+    assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
+    assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
+    assert issubclass(lockgate.InvalidArguments, TypeError)
