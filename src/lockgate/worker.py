@@ -76,6 +76,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._ack_wake = asyncio.Event()
         self._closing = asyncio.Event()  # helpers finish their round and return
+        self._abandoned: set[asyncio.Future[None]] = set()  # waits given up at a stop
         self._consumer: Consumer | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._next_reclaim = 0.0
@@ -246,10 +247,21 @@ class Worker:
         waiter = asyncio.ensure_future(waiting)
         stopper = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for pending in (waiter, stopper):
-            pending.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiter
+        stopper.cancel()
+        if waiter.done():
+            waiter.result()  # a connection error surfaces here
+            return
+        # On Python 3.11 a cancel can be absorbed inside a Redis call that has a socket
+        # timeout; the blocked read then ends with its own timeout, or when the client
+        # closes at shutdown. Either way the stop does not wait for it.
+        waiter.cancel()
+        self._abandoned.add(waiter)
+        waiter.add_done_callback(self._forget_waiter)
+
+    def _forget_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._abandoned.discard(waiter)
+        if not waiter.cancelled():
+            waiter.exception()  # retrieved: an error of an abandoned wait is of no interest
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -435,6 +447,8 @@ class Worker:
             helper.cancel()
         if self._consumer is not None:
             await self._consumer.close()
+        if self._abandoned:
+            await asyncio.wait(self._abandoned, timeout=5)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %d done, %d retried, %d dead-lettered",
