@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -89,6 +89,7 @@ class Task(Generic[P, R]):
         self.idempotency_ttl = idempotency_ttl
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        self._plain = _plain_parameters(self.signature)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -102,6 +103,8 @@ class Task(Generic[P, R]):
         Raises:
             InvalidArguments: they do not.
         """
+        if self._plain is not None and _fits(self._plain, args, kwargs):
+            return  # the common case, without Signature.bind's cost on the enqueue path
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -133,7 +136,7 @@ class Task(Generic[P, R]):
         level = priority or self.priority
         self.app.levels.index(level)
         job = Job(
-            id=codec.check_job_id(job_id) if job_id is not None else uuid.uuid4().hex,
+            id=codec.check_job_id(job_id) if job_id is not None else os.urandom(16).hex(),
             task=self.name,
             queue=self.queue,
             level=level,
@@ -182,6 +185,36 @@ class Task(Generic[P, R]):
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
         )
         return (await self.app.enqueue_many_async([message]))[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plain:
+    """A signature of plain named parameters: names in order, how many are required."""
+
+    names: tuple[str, ...]
+    required: int
+
+
+def _plain_parameters(signature: inspect.Signature) -> _Plain | None:
+    """The signature as :class:`_Plain`, or None when it has *args, **kwargs or the like."""
+    params = list(signature.parameters.values())
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    defaults = [p.default is not inspect.Parameter.empty for p in params]
+    if any(defaults[i] and not defaults[i + 1] for i in range(len(defaults) - 1)):
+        return None
+    return _Plain(tuple(p.name for p in params), defaults.count(False))
+
+
+def _fits(plain: _Plain, args: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether arguments surely bind to a plain signature (False: let bind() decide)."""
+    positional = len(args)
+    if positional > len(plain.names):
+        return False
+    rest = plain.names[positional:]
+    if any(name not in rest for name in kwargs):
+        return False
+    return all(name in kwargs for name in rest[: max(0, plain.required - positional)])
 
 
 def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:

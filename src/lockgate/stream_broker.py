@@ -43,16 +43,19 @@ class StreamProducer:
 
     def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         calls, positions = [], []
+        places: dict[tuple[str, str], tuple[str, str]] = {}
         for batch in batches(len(jobs)):
             script_keys: list[str] = []
             args: list[bytes | int] = []
             for i in batch:
                 job = jobs[i].job
-                script_keys += [
-                    self._keys.job(job.id),
-                    self._keys.stream(job.queue, job.level),
-                    self._keys.delayed(job.queue, job.level),
-                ]
+                place = places.get((job.queue, job.level))
+                if place is None:
+                    place = places[job.queue, job.level] = (
+                        self._keys.stream(job.queue, job.level),
+                        self._keys.delayed(job.queue, job.level),
+                    )
+                script_keys += [self._keys.job(job.id), *place]
                 args += [jobs[i].data, jobs[i].delay_ms]
             calls.append(ScriptCall("enqueue_stream", script_keys, args))
             positions.append(list(batch))
