@@ -506,6 +506,16 @@ class App:
             pair = self._async[loop] = (client, AsyncScripts(client))
         return pair
 
+    def adopt_async_client(self, client: aioredis.Redis) -> None:
+        """Use ``client`` for this loop's async calls, unless the loop already has one."""
+        self._async.setdefault(asyncio.get_running_loop(), (client, AsyncScripts(client)))
+
+    def release_async_client(self, client: aioredis.Redis) -> None:
+        """Stop using an adopted ``client`` (its owner is about to close it)."""
+        loop = asyncio.get_running_loop()
+        if self._async.get(loop, (None,))[0] is client:
+            del self._async[loop]
+
     def client(self) -> redis.Redis:
         """The app's sync Redis client (shared; for inspection and tests)."""
         return self.sync_connection()[0]

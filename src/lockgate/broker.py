@@ -8,6 +8,7 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,6 +22,8 @@ from lockgate.errors import BrokerError, ConfigError, ConnectionFailed, ScriptEr
 from lockgate.lua import ScriptCall
 
 ENQUEUE_BATCH = 500
+# Probe an idle connection after 20 s, then every 10 s; 3 misses and it is dead.
+KEEPALIVE = {socket.TCP_KEEPIDLE: 20, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
 
 
 @dataclass(slots=True)
@@ -128,6 +131,10 @@ class Consumer(Protocol):
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
         """Keep running deliveries from being handed to another worker."""
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The consumer's Redis client."""
+
     async def close(self) -> None:
         """Release the consumer's resources."""
 
@@ -148,19 +155,27 @@ def masked(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def async_client(url: str, *, socket_timeout: float = 5.0) -> aioredis.Redis:
+def async_client(url: str, *, socket_timeout: float | None = 5.0) -> aioredis.Redis:
     """An async client for ``url``.
 
     Args:
-        socket_timeout: longest wait for a reply; a worker's must exceed its blocking
-            reads (redis-py 6+ defaults it to 5 s).
+        socket_timeout: longest wait for a reply (redis-py 6+ defaults it to 5 s). None
+            for a worker: its blocking reads outlast any fixed timeout, redis-py wraps
+            every read and write in ``wait_for`` when one is set (a cost per command, and
+            on Python 3.11 a cancellation that can be absorbed), and TCP keepalive
+            (dead peer noticed within about a minute) plus health checks cover a
+            connection whose server vanished.
 
     Raises:
         ConfigError: the URL is not a Redis URL.
     """
     try:
         return aioredis.Redis.from_url(
-            url, health_check_interval=30, socket_timeout=socket_timeout, socket_keepalive=True
+            url,
+            health_check_interval=30,
+            socket_timeout=socket_timeout,
+            socket_keepalive=True,
+            socket_keepalive_options=KEEPALIVE,
         )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e

@@ -191,5 +191,9 @@ class SortedConsumer:
             with translated(self._url):
                 await self._scripts.run_all(calls)
 
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._client
+
     async def close(self) -> None:
         await self._client.aclose()

@@ -228,5 +228,9 @@ class StreamConsumer:
             with translated(self._url):
                 await self._scripts.run_all(calls)
 
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._client
+
     async def close(self) -> None:
         await self._client.aclose()

@@ -108,8 +108,7 @@ class Worker:
         Raises:
             ConnectionFailed: Redis cannot be reached at start.
         """
-        # Blocking reads last up to idle_wait: the socket timeout must outlast them.
-        client = async_client(self.app.redis_url, socket_timeout=self.config.idle_wait_seconds + 10)
+        client = async_client(self.app.redis_url, socket_timeout=None)
         try:
             with translated(self.app.redis_url):
                 await client.ping()
@@ -117,6 +116,7 @@ class Worker:
             await client.aclose()
             raise
         self._consumer = self._make_consumer(client)
+        self.app.adopt_async_client(client)  # claims and tasks share the worker's client
         self._burst = burst
         # Room beyond concurrency for sync runs abandoned after their timeout.
         self._pool = ThreadPoolExecutor(self.config.concurrency * 2, "lockgate-task")
@@ -446,6 +446,7 @@ class Worker:
         for helper in stuck:
             helper.cancel()
         if self._consumer is not None:
+            self.app.release_async_client(self._consumer.client)
             await self._consumer.close()
         if self._abandoned:
             await asyncio.wait(self._abandoned, timeout=5)
