@@ -1,0 +1,5 @@
+"""``python -m benchmarks``: see ``benchmarks.driver``."""
+
+from benchmarks.driver import main
+
+main()

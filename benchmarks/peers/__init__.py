@@ -1,0 +1,1 @@
+"""One adapter per library (``ADAPTER`` in each module); see ``base.Adapter``."""
