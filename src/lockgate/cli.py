@@ -218,19 +218,30 @@ def _dash(value: int | None) -> str:
 
 
 @main.group()
-def dlq() -> None:
-    """Inspect, replay and purge the dead-letter queue."""
+@click.argument("app_spec", metavar="MODULE:APP")
+@url_option
+@click.pass_context
+def dlq(ctx: click.Context, app_spec: str, url: str | None) -> None:
+    """Inspect, replay and purge the dead-letter queue of MODULE:APP."""
+    app = load_app(app_spec)
+    _use_url(app, url)
+    ctx.obj = app
+
+
+def _letter(app: App, entry_id: str) -> deadletter.DeadLetter:
+    letter = deadletter.show_dead(app, entry_id)
+    if letter is None:
+        click.echo(f"error: no dead letter with id {entry_id!r}", err=True)
+        sys.exit(EXIT_USAGE)
+    return letter
 
 
 @dlq.command("list")
-@click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
-@url_option
-def dlq_list(app_spec: str, as_json: bool, limit: int, url: str | None) -> None:
+@click.pass_obj
+def dlq_list(app: App, as_json: bool, limit: int) -> None:
     """List dead letters, oldest first."""
-    app = load_app(app_spec)
-    _use_url(app, url)
     with reported_errors():
         letters = deadletter.list_dead(app, limit)
     if as_json:
@@ -257,42 +268,27 @@ def _when(moment: float | None) -> str:
 
 
 @dlq.command("show")
-@click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("entry_id", metavar="ID")
-@url_option
-def dlq_show(app_spec: str, entry_id: str, url: str | None) -> None:
+@click.pass_obj
+def dlq_show(app: App, entry_id: str) -> None:
     """Show one dead letter, traceback included."""
-    app = load_app(app_spec)
-    _use_url(app, url)
     with reported_errors():
-        letter = deadletter.show_dead(app, entry_id)
-    if letter is None:
-        click.echo(f"error: no dead letter with id {entry_id!r}", err=True)
-        sys.exit(EXIT_USAGE)
+        letter = _letter(app, entry_id)
     click.echo(json.dumps(letter.as_dict(), indent=2))
 
 
 @dlq.command("replay")
-@click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("entry_id", metavar="[ID]", required=False)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
 @click.option("--task", "task_name", default=None, help="Replay the dead letters of a task.")
-@url_option
-def dlq_replay(
-    app_spec: str, entry_id: str | None, replay_all: bool, task_name: str | None, url: str | None
-) -> None:
+@click.pass_obj
+def dlq_replay(app: App, entry_id: str | None, replay_all: bool, task_name: str | None) -> None:
     """Enqueue dead letters again under their own job ids."""
     if sum((entry_id is not None, replay_all, task_name is not None)) != 1:
         raise click.UsageError("give exactly one of ID, --all or --task")
-    app = load_app(app_spec)
-    _use_url(app, url)
     with reported_errors():
         if entry_id is not None:
-            letter = deadletter.show_dead(app, entry_id)
-            if letter is None:
-                click.echo(f"error: no dead letter with id {entry_id!r}", err=True)
-                sys.exit(EXIT_USAGE)
-            letters = [letter]
+            letters = [_letter(app, entry_id)]
         else:
             letters = deadletter.list_dead(app, limit=1_000_000)
             if task_name is not None:
@@ -305,13 +301,10 @@ def dlq_replay(
 
 
 @dlq.command("purge")
-@click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@url_option
-def dlq_purge(app_spec: str, yes: bool, url: str | None) -> None:
+@click.pass_obj
+def dlq_purge(app: App, yes: bool) -> None:
     """Delete every dead letter."""
-    app = load_app(app_spec)
-    _use_url(app, url)
     if not yes and sys.stdin.isatty():
         click.confirm(f"delete every dead letter of {app.namespace}?", abort=True)
     with reported_errors():

@@ -26,6 +26,7 @@ class JobContext:
         attempt: 1 for the first run.
         enqueued: when the job was enqueued (Unix seconds, producer clock).
         retry_window: longest span of the task's retry delays, in seconds.
+        idempotency_ttl: the task's done-marker TTL, the default of its steps.
     """
 
     job_id: str
@@ -36,10 +37,13 @@ class JobContext:
     enqueued: float
     app: App | None = field(default=None, repr=False)
     retry_window: float = 0.0
+    idempotency_ttl: float = 86_400.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
 
     def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
         """An idempotency claim scoped to this job and one external step of it.
+
+        Its done marker lasts ``ttl``, by default the task's ``idempotency_ttl``.
 
         Each step has its own key, so a retry reruns exactly the steps that did not
         finish. A finished step raises :class:`~lockgate.errors.StepDone` (an
@@ -49,12 +53,12 @@ class JobContext:
         Raises:
             LockgateError: the job does not belong to an App's worker.
         """
-        from lockgate.idempotency import DEFAULT_TTL, Claim
+        from lockgate.idempotency import Claim
 
         if self.app is None:
             raise LockgateError("job.step() needs a job run by a lockgate worker")
         key = f"step:{self.task}:{self.job_id}:{name}"
-        return Claim(self.app, key, ttl=DEFAULT_TTL if ttl is None else ttl, step=name)
+        return Claim(self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name)
 
 
 _current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)

@@ -6,6 +6,7 @@ stored and why it died. Replay enqueues the job again under its own job id (atte
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from lockgate.app import App, Message
 from lockgate.broker import Delivery, text, translated
 from lockgate.errors import SerializationError
 
+STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 FIELDS = (
     "job_id", "task", "reason", "error_type", "error", "traceback", "attempt", "deliveries",
     "queue", "level", "origin", "entry", "enqueued_at", "failed_at", "job",
@@ -113,7 +115,9 @@ def list_dead(app: App, limit: int = 1000) -> list[DeadLetter]:
 
 
 def show_dead(app: App, entry_id: str) -> DeadLetter | None:
-    """One dead letter by its id, or None."""
+    """One dead letter by its id, or None (also for a string that is no stream id)."""
+    if not STREAM_ID.match(entry_id):
+        return None
     client, _ = app.sync_connection()
     with translated(app.redis_url):
         entries: list[Any] = (

@@ -75,10 +75,13 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._interval = DEFAULT_LEASE / 3
 
     def add(self, claim: Claim) -> None:
         with self._lock:
             self._claims[claim.token] = claim
+            if claim.lease < self._interval * 3:
+                self._wake.set()  # a shorter lease than the thread is sleeping for
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="lockgate-lease-keeper", daemon=True
@@ -93,8 +96,10 @@ class LeaseKeeper:
         while True:
             with self._lock:
                 claims = list(self._claims.values())
-            interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
-            self._wake.wait(interval)
+                self._interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
+            if self._wake.wait(self._interval):
+                self._wake.clear()
+                continue  # a claim with a shorter lease came: sleep by its measure
             app = self._app()
             if app is None:
                 return
@@ -149,8 +154,8 @@ class Claim:
         step: str | None = None,
     ) -> None:
         self.key = check_key(key)
-        self.ttl = seconds(ttl, "ttl")
-        self.lease = seconds(lease, "lease")
+        self.ttl = seconds(ttl, f"ttl for {key!r}")
+        self.lease = seconds(lease, f"lease for {key!r}")
         if self.ttl <= 0:
             raise ConfigError(f"ttl for {key!r} must be positive, got {ttl!r}")
         if self.lease < 0.1:

@@ -52,6 +52,14 @@ log = logging.getLogger(__name__)
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 
 
+class Abandoned(TimeoutError):
+    """A sync run went past its timeout; its thread goes on, unwatched by the job."""
+
+    def __init__(self, task: str, timeout: float, running: asyncio.Future[Any]) -> None:
+        super().__init__(f"task {task!r} ran over its timeout of {timeout:g}s")
+        self.running = running
+
+
 class Worker:
     """Runs an app's jobs.
 
@@ -77,6 +85,7 @@ class Worker:
         self._ack_wake = asyncio.Event()
         self._closing = asyncio.Event()  # helpers finish their round and return
         self._abandoned: set[asyncio.Future[None]] = set()  # waits given up at a stop
+        self._settling: set[asyncio.Future[None]] = set()  # claims of abandoned sync runs
         self._consumer: Consumer | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._next_reclaim = 0.0
@@ -287,6 +296,7 @@ class Worker:
             JobContext(
                 job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
                 app=self.app, retry_window=task.retry.window,
+                idempotency_ttl=task.idempotency_ttl,
             )
         )  # fmt: skip
         claim = await self._claim_job(delivery, task, job) if task.idempotent else None
@@ -302,7 +312,12 @@ class Worker:
             raise
         except BaseException as e:  # a task's SystemExit must not stop the worker
             error = e
-        if isinstance(claim, Claim) and error is not None:
+        if isinstance(error, Abandoned):
+            if isinstance(claim, Claim):
+                self._settle_when_done(claim, error.running)
+                claim = None
+            error = TimeoutError(str(error))  # what users see: a plain timeout
+        elif isinstance(claim, Claim) and error is not None:
             await claim.__aexit__(type(error), error, None)  # released: a retry may run
         await self._settle(delivery, task, job, error, claim if isinstance(claim, Claim) else None)
 
@@ -328,17 +343,21 @@ class Worker:
         return claim
 
     async def _call(self, task: Task[Any, Any], job: Job) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the task in a new
+        # asyncio task, which lets a SystemExit raised by the task stop the event loop.
         timeout = task.retry.timeout
         if task.is_async:
-            await asyncio.wait_for(task.fn(*job.args, **job.kwargs), timeout)
+            async with asyncio.timeout(timeout):
+                await task.fn(*job.args, **job.kwargs)
             return
         call = functools.partial(task.fn, *job.args, **job.kwargs)
         context = contextvars.copy_context()
-        loop = asyncio.get_running_loop()
-        # On timeout the thread cannot be stopped: it is abandoned and the job retried.
-        returned = await asyncio.wait_for(
-            loop.run_in_executor(self._pool, context.run, call), timeout
-        )
+        running = asyncio.get_running_loop().run_in_executor(self._pool, context.run, call)
+        try:
+            async with asyncio.timeout(timeout):
+                returned = await asyncio.shield(running)
+        except TimeoutError:
+            raise Abandoned(task.name, timeout or 0.0, running) from None
         if inspect.isawaitable(returned):
             close = getattr(returned, "close", None)
             if close is not None:
@@ -347,6 +366,22 @@ class Worker:
                 f"task {task.name!r} is a plain function that returned an awaitable; "
                 "declare it with 'async def' so the worker awaits it"
             )
+
+    def _settle_when_done(self, claim: Claim, running: asyncio.Future[Any]) -> None:
+        """Keep an abandoned sync run's claim until its thread ends, then settle it.
+
+        Releasing it at the timeout would let the retry run the side effect a second time
+        while the first run still goes on; held, the retry meets ClaimBusy and waits.
+        """
+
+        def settle(done: asyncio.Future[Any]) -> None:
+            failed = done.cancelled() or done.exception() is not None
+            action = claim.__aexit__(Exception if failed else None, None, None)
+            settling = asyncio.ensure_future(action)
+            self._settling.add(settling)
+            settling.add_done_callback(self._settling.discard)
+
+        running.add_done_callback(settle)
 
     async def _settle(
         self,

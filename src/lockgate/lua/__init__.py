@@ -36,7 +36,6 @@ ScriptName = Literal[
     "dead_letter_sorted",
     "idem_claim",
     "idem_settle",
-    "idem_mark_done",
     "incr_once",
     "stats_stream",
     "stats_sorted",

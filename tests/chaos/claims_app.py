@@ -1,0 +1,32 @@
+"""The app of the claim crash tests' worker processes (configured by the environment).
+
+``LOCKGATE_REDIS_URL`` picks the server and ``LOCKGATE_TEST_NAMESPACE`` the namespace.
+Tasks record their progress under the namespace's ``test`` prefix (see :func:`record_key`),
+so the test process can watch them and the namespace cleanup removes them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from lockgate import App, current_job
+
+app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "claims-crash"))
+
+
+def record_key(name: str) -> str:
+    """Where tasks record their progress (inside the namespace's hash tag)."""
+    return f"{app.keys.prefix}:test:{name}"
+
+
+@app.task(idempotent=True, retries=0)
+def complete_order(order_id: str) -> None:
+    """The first run says it started and blocks until its worker is killed; later runs
+    complete. Idempotent: a run after a completed one must never happen."""
+    client = app.client()
+    job_id = current_job().job_id
+    client.rpush(record_key(f"started:{job_id}"), os.getpid())
+    if client.incr(record_key(f"runs:{job_id}")) == 1:
+        threading.Event().wait()
+    client.rpush(record_key("completed"), job_id)

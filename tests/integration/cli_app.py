@@ -1,0 +1,64 @@
+"""The app of the CLI tests and of their worker subprocesses, configured by the environment.
+
+``LOCKGATE_REDIS_URL`` picks the server and ``LOCKGATE_TEST_NAMESPACE`` the namespace.
+Tasks record what they did under the namespace's ``test`` prefix (see :func:`record_key`),
+so the test process can watch them and the namespace cleanup removes them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lockgate import App, current_job
+
+app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "cli-test"))
+
+
+def record_key(name: str) -> str:
+    """Where tasks record their progress (inside the namespace's hash tag)."""
+    return f"{app.keys.prefix}:test:{name}"
+
+
+def fixed() -> bool:
+    """Whether the test has "deployed the fix" the failing tasks wait for."""
+    return bool(app.client().exists(record_key("fixed")))
+
+
+@app.task(retries=0)
+def charge(order_id: str) -> None:
+    """Fails until the fix is deployed; then records its job id."""
+    if not fixed():
+        raise ValueError(f"card declined for {order_id}")
+    app.client().rpush(record_key("charged"), current_job().job_id)
+
+
+@app.task(retries=0, priority="low", queue="mail")
+def email(to: str) -> None:
+    """Fails until the fix is deployed; then records its job id."""
+    if not fixed():
+        raise LookupError(f"no mailbox {to}")
+    app.client().rpush(record_key("emailed"), current_job().job_id)
+
+
+@app.task
+def later(n: int) -> None:
+    """Records that it ran."""
+    app.client().rpush(record_key("later"), n)
+
+
+@app.task(timeout=30)
+async def exit_async(code: int) -> None:
+    """An async task (with a timeout) that raises SystemExit."""
+    raise SystemExit(code)
+
+
+@app.task(timeout=30)
+async def interrupt_async() -> None:
+    """An async task (with a timeout) that raises KeyboardInterrupt."""
+    raise KeyboardInterrupt
+
+
+@app.task
+async def ping(n: int) -> None:
+    """Records that it ran."""
+    app.client().rpush(record_key("pinged"), n)

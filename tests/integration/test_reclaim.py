@@ -1,0 +1,120 @@
+"""Jobs left pending by a consumer that is gone are reclaimed; gone consumers are forgotten.
+
+The gone consumer is simulated with raw commands: it reads an entry with XREADGROUP and
+never acknowledges it, as a worker killed mid-job would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from conftest import running, wait_until, wait_until_sync, worker_for
+from lockgate import App, current_job
+from lockgate.broker import async_client
+from lockgate.deadletter import list_dead
+from lockgate.keys import GROUP
+from lockgate.stream_broker import StreamConsumer
+
+
+def ghost_takes(rclient: redis.Redis, stream: str, consumer: str = "ghost") -> bytes:
+    """A consumer reads one entry and is never heard from again."""
+    try:
+        rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+    ((_, [(entry_id, _)]),) = rclient.xreadgroup(GROUP, consumer, {stream: ">"}, count=1)
+    return bytes(entry_id)
+
+
+def consumers(rclient: redis.Redis, stream: str) -> dict[str, dict[str, int]]:
+    return {
+        c["name"].decode(): {"pending": c["pending"], "idle": c["idle"]}
+        for c in rclient.xinfo_consumers(stream, GROUP)
+    }
+
+
+async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
+    make_app: Callable[..., App], rclient: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    runs: list[tuple[str, int]] = []
+
+    @app.task
+    def charge(order_id: str) -> None:
+        runs.append((current_job().job_id, current_job().attempt))
+
+    charge.enqueue("A1", job_id="orphan")
+    stream = app.keys.stream("default", "normal")
+    ghost_takes(rclient, stream)
+    assert rclient.xpending(stream, GROUP)["pending"] == 1
+    worker = worker_for(app, concurrency=2, visibility_timeout=0.3)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 1, message="the orphan was reclaimed")
+    assert runs == [("orphan", 1)]
+    assert "orphan reclaimed" in caplog.text
+    assert rclient.xpending(stream, GROUP)["pending"] == 0
+    assert rclient.xlen(stream) == 0
+    assert not rclient.exists(app.keys.job("orphan"))
+    assert consumers(rclient, stream)["ghost"]["pending"] == 0
+
+
+async def test_a_job_delivered_too_often_is_dead_lettered_when_reclaimed(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app()
+    runs: list[str] = []
+
+    @app.task
+    def poison(n: int) -> None:
+        runs.append("ran")
+
+    poison.enqueue(1, job_id="poison-1")
+    stream = app.keys.stream("default", "normal")
+    entry_id = ghost_takes(rclient, stream)
+    # As if it had already killed five workers.
+    rclient.xclaim(stream, GROUP, "ghost", 0, [entry_id], retrycount=5)
+    worker = worker_for(app, concurrency=1, visibility_timeout=0.3, max_deliveries=5)
+    async with running(worker):
+        await wait_until(lambda: worker.dead == 1)
+    assert runs == []
+    (letter,) = list_dead(app)
+    assert letter.job_id == "poison-1"
+    assert letter.reason == "delivered 6 times (max 5)"
+    assert letter.deliveries == 6
+    assert rclient.xpending(stream, GROUP)["pending"] == 0
+
+
+async def test_forget_consumers_removes_idle_consumers_that_own_nothing(
+    make_app: Callable[..., App], redis_url: str, rclient: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task
+    def job(n: int) -> None: ...
+
+    app.enqueue_many([job.message(n) for n in range(2)])
+    stream = app.keys.stream("default", "normal")
+    ghost_takes(rclient, stream, "gone-owning")  # died holding a job
+    rclient.xreadgroup(GROUP, "gone-idle", {stream: "0"}, count=1)  # owns nothing
+    wait_until_sync(
+        lambda: all(c["idle"] >= 200 for c in consumers(rclient, stream).values()),
+        message="both consumers idle",
+    )
+    client = async_client(redis_url)
+    consumer = StreamConsumer(
+        client, url=redis_url, keys=app.keys, levels=app.levels, queues=["default"],
+        consumer="me",
+    )  # fmt: skip
+    try:
+        assert await consumer.forget_consumers(60.0) == 0  # nobody idle that long
+        assert set(consumers(rclient, stream)) == {"gone-owning", "gone-idle"}
+        assert await consumer.forget_consumers(0.1) == 1
+    finally:
+        await consumer.close()
+    # The one that owns a pending job stays, so its job can still be reclaimed.
+    assert set(consumers(rclient, stream)) == {"gone-owning"}
+    assert consumers(rclient, stream)["gone-owning"]["pending"] == 1
