@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from lockgate.codec import Job
 from lockgate.errors import BrokerError, ConfigError, ConnectionFailed, ScriptError
@@ -172,6 +174,9 @@ def async_client(url: str, *, socket_timeout: float | None = 5.0) -> aioredis.Re
     try:
         return aioredis.Redis.from_url(
             url,
+            # One retry: a pooled connection that a server restart closed is replaced
+            # instead of failing the call (from_url clients get none by default).
+            retry=Retry(NoBackoff(), 1),
             health_check_interval=30,
             socket_timeout=socket_timeout,
             socket_keepalive=True,
@@ -209,5 +214,5 @@ def translated(url: str) -> Iterator[None]:
 
 
 def text(value: bytes | str) -> str:
-    """A reply value as text."""
-    return value.decode() if isinstance(value, bytes) else value
+    """A reply value as text (bytes that are not UTF-8 show as replacement characters)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -416,7 +416,11 @@ class Worker:
         self, delivery: Delivery, reason: str, error: BaseException | None = None
     ) -> None:
         assert self._consumer is not None
-        log.error("job %s -> dead-letter queue: %s", delivery.job_id, reason)
+        if delivery.job is None:
+            log.error("entry %s of %s -> dead-letter queue: %s: %s", delivery.ref,
+                      delivery.source, reason, delivery.error)  # fmt: skip
+        else:
+            log.error("job %s -> dead-letter queue: %s", delivery.job_id, reason)
         if await self._consumer.dead_letter(delivery, deadletter.record(delivery, reason, error)):
             self.dead += 1
 

@@ -48,10 +48,10 @@ def spawn_worker(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cal
     procs: list[Proc] = []
 
     def spawn(
-        backend: str, *, concurrency: int = 1, lease: float = 30.0, grace: float = 30.0
+        backend: str, *, concurrency: int = 1, visibility: float = 30.0, grace: float = 30.0
     ) -> Proc:
         log = tmp_path / f"worker-{len(procs)}.log"
-        args = [redis_url, namespace, backend, str(concurrency), str(lease), str(grace)]
+        args = [redis_url, namespace, backend, str(concurrency), str(visibility), str(grace)]
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, str(WORKER), *args],
@@ -83,7 +83,7 @@ def test_a_killed_workers_job_runs_to_completion_elsewhere(
     def block_once(tag: str) -> None: ...
 
     assert block_once.enqueue("x", job_id="victim").created
-    first = spawn_worker("sorted", lease=1.0)
+    first = spawn_worker("sorted", visibility=1.0)
     wait_until_sync(
         lambda: rclient.exists(record_key(namespace, "started:victim")) or first.popen.poll(),
         message="the first worker started the job",
@@ -97,7 +97,7 @@ def test_a_killed_workers_job_runs_to_completion_elsewhere(
     assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
     assert rclient.lrange(record_key(namespace, "completed"), 0, -1) == []
 
-    second = spawn_worker("sorted", lease=1.0)
+    second = spawn_worker("sorted", visibility=1.0)
     wait_until_sync(
         lambda: rclient.llen(record_key(namespace, "completed")) or second.popen.poll() is not None,
         message="the second worker completed the job",
@@ -106,6 +106,8 @@ def test_a_killed_workers_job_runs_to_completion_elsewhere(
     wait_until_sync(lambda: not rclient.exists(app.keys.job("victim")), message="job acked")
     assert rclient.zscore(inflight, "victim") is None
     assert not rclient.hexists(app.keys.sorted_payloads("default"), "victim")
+    assert not rclient.hexists(app.keys.sorted_deliveries("default"), "victim")
+    assert rclient.xlen(app.keys.dead()) == 0  # delivered twice, under max_deliveries
     second.popen.send_signal(signal.SIGTERM)
     assert second.exited(30), second.tail()
     assert second.popen.returncode == 0, second.tail()

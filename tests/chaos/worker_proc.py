@@ -1,6 +1,6 @@
 """A worker process for the chaos tests, killed or stopped by them.
 
-Usage: python worker_proc.py URL NAMESPACE BACKEND CONCURRENCY LEASE GRACE
+Usage: python worker_proc.py URL NAMESPACE BACKEND CONCURRENCY VISIBILITY_TIMEOUT GRACE
 
 Tasks record what they did in Redis under the namespace's ``test`` prefix (see
 :func:`record_key`), so the test process can watch them and the namespace cleanup
@@ -53,11 +53,11 @@ def build(url: str, namespace: str, backend: str) -> App:
 
 
 async def main(argv: list[str]) -> None:
-    url, namespace, backend, concurrency, lease, grace = argv
+    url, namespace, backend, concurrency, visibility, grace = argv
     app = build(url, namespace, backend)
     config = WorkerConfig(
         concurrency=int(concurrency),
-        visibility_timeout=float(lease),
+        visibility_timeout=float(visibility),
         grace_period=float(grace),
         idle_wait=1.0,
     )

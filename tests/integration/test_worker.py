@@ -14,6 +14,8 @@ import redis
 
 from conftest import finish, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed, Worker, WorkerConfig, current_job
+from lockgate.codec import decode
+from lockgate.deadletter import list_dead
 from lockgate.keys import GROUP
 
 BACKENDS = ["streams", "sorted"]
@@ -197,16 +199,19 @@ async def test_current_job_in_async_tasks(make_app: Callable[..., App], backend:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_failing_task_is_logged_and_left_pending(
+async def test_a_failing_task_is_logged_and_dead_lettered(
     make_app: Callable[..., App],
     rclient: redis.Redis,
     backend: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A task raising a non-retryable error runs once and lands in the dead-letter queue."""
     app = make_app(backend=backend)
+    runs: list[str] = []
 
     @app.task
     def boom() -> None:
+        runs.append("boom")
         raise RuntimeError("kaput")
 
     @app.task
@@ -216,18 +221,35 @@ async def test_a_failing_task_is_logged_and_left_pending(
     fine.enqueue(job_id="fine-1")
     worker = worker_for(app, concurrency=1)
     async with running(worker):
-        await wait_until(lambda: worker.processed == 1 and worker.failed == 1)
+        await wait_until(lambda: worker.processed == 1 and worker.dead == 1)
+    assert runs == ["boom"]  # not retried
+    assert (worker.retried, worker.failed) == (0, 1)
     failures = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert ["boom-1" in r.getMessage() and r.exc_info is not None for r in failures] == [True]
-    assert "kaput" in caplog.text
-    # Not acked: the id stays taken and the job stays where a later run can find it.
-    assert rclient.exists(app.keys.job("boom-1"))
-    assert not rclient.exists(app.keys.job("fine-1"))
+    assert failures and all("boom-1" in r.getMessage() for r in failures), failures
+    with_traceback = [r for r in failures if r.exc_info is not None]
+    assert len(with_traceback) == 1
+    assert isinstance(with_traceback[0].exc_info[1], RuntimeError)
+    assert any("dead-letter queue" in r.getMessage() for r in failures)
+    (letter,) = list_dead(app)
+    assert (letter.job_id, letter.task, letter.reason) == ("boom-1", "boom", "failed")
+    assert (letter.error_type, letter.error) == ("RuntimeError", "kaput")
+    assert "RuntimeError: kaput" in letter.traceback
+    assert (letter.attempt, letter.deliveries) == (1, 1)
+    assert (letter.queue, letter.level) == ("default", "normal")
+    assert decode(letter.job).id == "boom-1"
+    # Acked and deleted, not pending: both ids are free, nothing is left in flight.
+    assert not rclient.exists(app.keys.job("boom-1"), app.keys.job("fine-1"))
     if backend == "streams":
-        assert rclient.xpending(app.keys.stream("default", "normal"), GROUP)["pending"] == 1
+        stream = app.keys.stream("default", "normal")
+        assert letter.origin == stream
+        assert rclient.xpending(stream, GROUP)["pending"] == 0
+        assert rclient.xlen(stream) == 0
     else:
-        assert rclient.zscore(app.keys.sorted_inflight("default"), "boom-1") is not None
-    assert not boom.enqueue(job_id="boom-1").created
+        assert (letter.origin, letter.entry) == ("default", "boom-1")
+        assert rclient.zcard(app.keys.sorted_inflight("default")) == 0
+        assert rclient.hlen(app.keys.sorted_payloads("default")) == 0
+    # The id is free: the job can be enqueued again (a replay does the same).
+    assert boom.enqueue(job_id="boom-1").created
 
 
 async def test_a_sync_task_returning_an_awaitable_is_an_error(
@@ -244,9 +266,12 @@ async def test_a_sync_task_returning_an_awaitable_is_an_error(
     wrong.enqueue(job_id="wrong-1")
     worker = worker_for(app)
     async with running(worker):
-        await wait_until(lambda: worker.failed == 1)
-    assert worker.processed == 0
+        await wait_until(lambda: worker.dead == 1)
+    assert (worker.processed, worker.retried) == (0, 0)
     assert "wrong-1" in caplog.text and "async def" in caplog.text
+    (letter,) = list_dead(app)
+    assert (letter.job_id, letter.error_type) == ("wrong-1", "TypeError")
+    assert "async def" in letter.error
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -34,23 +34,29 @@ def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> An
     return scripts.run_all([ScriptCall(name, keys, args)])[0]
 
 
-def enqueue(scripts: SyncScripts, keys: Keys, q: SortedKeys, *jobs: tuple[str, int]) -> list[int]:
-    """Enqueue (job id, boost in us) pairs; the payload is the id with a 'P' prefix."""
-    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup]
+def enqueue(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, *jobs: tuple[str, int] | tuple[str, int, int]
+) -> list[int]:
+    """Enqueue (job id, boost in us[, delay ms]); the payload is the id with a 'P' prefix."""
+    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup, q.delayed]
     args: list[Any] = []
-    for job_id, boost in jobs:
+    for job_id, boost, *delay in jobs:
         script_keys.append(keys.job(job_id))
-        args += [job_id, boost, f"P{job_id}"]
+        args += [job_id, boost, f"P{job_id}", delay[0] if delay else 0]
     return run(scripts, "enqueue_sorted", script_keys, args)
 
 
 def take(
     scripts: SyncScripts, q: SortedKeys, limit: int, lease_ms: int
 ) -> tuple[list[Any], int, int]:
-    taken, returned, next_deadline = run(
-        scripts, "take_sorted", [q.waiting, q.inflight, q.payloads, q.ranks], [limit, lease_ms]
+    """take_sorted: (flat (job id, payload, deliveries) triples, leases returned, next ms)."""
+    taken, returned, next_ms = run(
+        scripts,
+        "take_sorted",
+        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries],
+        [limit, lease_ms],
     )
-    return taken, returned, next_deadline
+    return taken, returned, next_ms
 
 
 def ranks(rclient: redis.Redis, q: SortedKeys) -> dict[str, int]:
@@ -67,7 +73,11 @@ def now_ms(rclient: redis.Redis) -> int:
 
 
 def test_every_script_documents_its_keys_and_args() -> None:
-    for name in ("enqueue_sorted", "take_sorted", "extend_sorted", "ack_sorted"):
+    names = (
+        "enqueue_sorted", "take_sorted", "extend_sorted", "ack_sorted", "retry_sorted",
+        "dead_letter_sorted", "stats_sorted",
+    )  # fmt: skip
+    for name in names:
         text = source(name)
         assert text.startswith(f"-- {name}.lua")
         assert "-- KEYS" in text and "-- ARGV" in text
@@ -124,6 +134,28 @@ def test_enqueue_dedups_and_keeps_the_first_payload(
     assert rclient.get(keys.job("a")) == b"sorted"
 
 
+def test_enqueue_with_a_delay_waits_in_delayed_until_due(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    before = now_ms(rclient)
+    assert enqueue(scripts, keys, q, ("later", 0, 600_000), ("now", 0)) == [1, 1]
+    after = now_ms(rclient)
+    assert waiting(rclient, q) == ["now"]
+    due = rclient.zscore(q.delayed, "later")
+    assert due is not None and before + 600_000 <= due <= after + 600_000
+    # Its rank is its due stamp, so once due it queues behind what was enqueued before it.
+    assert ranks(rclient, q)["later"] > ranks(rclient, q)["now"] + 599 * SECOND_US
+    assert rclient.hget(q.payloads, "later") == b"Plater"
+    assert enqueue(scripts, keys, q, ("later", 0)) == [0]  # a delayed id is taken
+    taken, _, next_ms = take(scripts, q, 5, 30_000)
+    assert taken == [b"now", b"Pnow", 1]
+    assert 30_000 >= next_ms > 0  # the lease ends before the delayed job is due
+    rclient.zadd(q.delayed, {"later": 1})  # as if its due time had come
+    taken, _, _ = take(scripts, q, 5, 30_000)
+    assert taken == [b"later", b"Plater", 1]
+    assert rclient.zcard(q.delayed) == 0
+
+
 def test_enqueue_signals_idle_workers_only_when_it_added(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
@@ -143,7 +175,7 @@ def test_take_moves_the_best_ranked_to_inflight(
     before = now_ms(rclient)
     taken, returned, next_deadline = take(scripts, q, 2, 30_000)
     after = now_ms(rclient)
-    assert taken == [b"crit", b"Pcrit", b"low", b"Plow"]
+    assert taken == [b"crit", b"Pcrit", 1, b"low", b"Plow", 1]
     assert returned == 0
     assert 0 < next_deadline <= 30_000
     assert waiting(rclient, q) == ["low2"]
@@ -153,6 +185,7 @@ def test_take_moves_the_best_ranked_to_inflight(
         assert before + 30_000 <= deadline <= after + 30_000
     # Payloads and ranks stay until the ack: a dead worker's job can come back.
     assert rclient.hlen(q.payloads) == 3 and rclient.hlen(q.ranks) == 3
+    assert rclient.hgetall(q.deliveries) == {b"crit": b"1", b"low": b"1"}
 
 
 def test_take_with_nothing_in_flight(scripts: SyncScripts, q: SortedKeys) -> None:
@@ -187,19 +220,22 @@ def test_take_returns_expired_leases_at_their_original_rank(
     assert waiting(rclient, q) == ["first", "second", "third"]
     assert rclient.zcard(q.inflight) == 0
     taken, _, _ = take(scripts, q, 1, 60_000)
-    assert taken == [b"first", b"Pfirst"]
+    assert taken == [b"first", b"Pfirst", 2]  # its second delivery
 
 
-def test_expired_lease_is_taken_again_in_the_same_call(
+def test_expired_lease_is_taken_again_in_the_same_call_and_alone(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
-    enqueue(scripts, keys, q, ("a", 0), ("b", 0))
+    enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("c", 0))
     take(scripts, q, 1, 60_000)
     rclient.zadd(q.inflight, {"a": 1})  # a lease that ended long ago
-    taken, returned, _ = take(scripts, q, 1, 60_000)
-    assert taken == [b"a", b"Pa"]
+    taken, returned, _ = take(scripts, q, 3, 60_000)
+    # Taken before (its worker died): it ends the batch, so it can run alone.
+    assert taken == [b"a", b"Pa", 2]
     assert returned == 1
-    assert waiting(rclient, q) == ["b"]
+    assert waiting(rclient, q) == ["b", "c"]
+    taken, _, _ = take(scripts, q, 3, 60_000)
+    assert taken == [b"b", b"Pb", 1, b"c", b"Pc", 1]
 
 
 def test_expired_lease_of_a_finished_job_is_dropped(
@@ -216,7 +252,7 @@ def test_take_reports_a_missing_payload(
 ) -> None:
     rclient.zadd(q.waiting, {"orphan": 5})
     taken, _, _ = take(scripts, q, 1, 1000)
-    assert taken == [b"orphan", None]
+    assert taken == [b"orphan", None, 1]
 
 
 def test_extend_pushes_back_in_flight_leases_only(
@@ -233,20 +269,43 @@ def test_extend_pushes_back_in_flight_leases_only(
     assert waiting(rclient, q) == ["c"]
 
 
+def ack(scripts: SyncScripts, keys: Keys, q: SortedKeys, *job_ids: str) -> int:
+    markers = [keys.job(job_id) for job_id in job_ids]
+    return run(
+        scripts, "ack_sorted", [q.inflight, q.payloads, q.ranks, q.deliveries, *markers], job_ids
+    )
+
+
 def test_ack_finishes_jobs_and_frees_their_ids(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
     enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("c", 0))
     take(scripts, q, 2, 60_000)
-    done = run(
-        scripts,
-        "ack_sorted",
-        [q.inflight, q.payloads, q.ranks, keys.job("a"), keys.job("b"), keys.job("zz")],
-        ["a", "b", "zz"],
-    )
-    assert done == 2
+    # "c" waits (not in flight) and "zz" does not exist: the ack leaves both alone.
+    assert ack(scripts, keys, q, "a", "c", "b", "zz") == 2
     assert rclient.zcard(q.inflight) == 0
     assert set(rclient.hkeys(q.payloads)) == {b"c"} == set(rclient.hkeys(q.ranks))
+    assert rclient.hlen(q.deliveries) == 0
     assert not rclient.exists(keys.job("a"), keys.job("b"))
     assert rclient.exists(keys.job("c"))
+    assert waiting(rclient, q) == ["c"]
     assert enqueue(scripts, keys, q, ("a", 0), ("c", 0)) == [1, 0]
+
+
+def test_a_late_ack_keeps_a_job_taken_over_by_another_worker(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    """A worker's lease ended; another finished the job and it was enqueued again.
+
+    The first worker's late ack must not finish (or free the id of) the newer job.
+    """
+    enqueue(scripts, keys, q, ("a", 0))
+    take(scripts, q, 1, 60_000)
+    rclient.zadd(q.inflight, {"a": 1})  # the first worker's lease ended
+    assert take(scripts, q, 1, 60_000)[0] == [b"a", b"Pa", 2]  # the second worker
+    assert ack(scripts, keys, q, "a") == 1  # the second worker's ack
+    assert enqueue(scripts, keys, q, ("a", 0)) == [1]  # queued again, waiting
+    assert ack(scripts, keys, q, "a") == 0  # the first worker's late ack
+    assert waiting(rclient, q) == ["a"]
+    assert rclient.hget(q.payloads, "a") == b"Pa"
+    assert rclient.get(keys.job("a")) == b"sorted"

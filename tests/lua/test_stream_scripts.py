@@ -8,6 +8,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from conftest import wait_until_sync
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts, source
 
@@ -28,30 +29,59 @@ def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> An
     return scripts.run_all([ScriptCall(name, keys, args)])[0]
 
 
-def enqueue(scripts: SyncScripts, keys: Keys, *jobs: tuple[str, str, bytes]) -> list[Any]:
-    """Enqueue (job id, level, payload) triples on queue 'q'."""
+def enqueue(
+    scripts: SyncScripts, keys: Keys, *jobs: tuple[str, str, bytes] | tuple[str, str, bytes, int]
+) -> list[Any]:
+    """Enqueue (job id, level, payload[, delay ms]) on queue 'q'; no delay means now."""
     script_keys: list[str] = []
-    for job_id, level, _ in jobs:
-        script_keys += [keys.job(job_id), keys.stream("q", level)]
-    return run(scripts, "enqueue_stream", script_keys, [payload for _, _, payload in jobs])
+    args: list[Any] = []
+    for job_id, level, payload, *delay in jobs:
+        script_keys += [keys.job(job_id), keys.stream("q", level), keys.delayed("q", level)]
+        args += [payload, delay[0] if delay else 0]
+    return run(scripts, "enqueue_stream", script_keys, args)
 
 
-def read(
+Entries = list[tuple[int, str, dict[bytes, bytes]]]
+
+
+def read_all(
     scripts: SyncScripts, keys: Keys, limit: int, quotas: list[int], consumer: str = "c1"
-) -> tuple[list[int], list[tuple[int, str, dict[bytes, bytes]]], list[bytes]]:
-    """read_stream over queue 'q' with one stream per level; entries as (key index, id, fields)."""
+) -> tuple[list[int], Entries, list[bytes], int]:
+    """read_stream over queue 'q', one stream per level: (dry, entries, last ids, next due ms).
+
+    Entries come as (key index, id, fields).
+    """
     streams = [keys.stream("q", level) for level in LEVELS]
+    delayed = [keys.delayed("q", level) for level in LEVELS]
     args = [GROUP, consumer, limit, len(quotas), *quotas, 1, 2, 3]
-    dry, flat, last_ids = run(scripts, "read_stream", streams, args)
+    dry, flat, last_ids, next_due = run(scripts, "read_stream", streams + delayed, args)
     entries = [
         (flat[i], flat[i + 1].decode(), dict(zip(flat[i + 2][::2], flat[i + 2][1::2], strict=True)))
         for i in range(0, len(flat), 3)
     ]
+    return dry, entries, last_ids, next_due
+
+
+def read(
+    scripts: SyncScripts, keys: Keys, limit: int, quotas: list[int], consumer: str = "c1"
+) -> tuple[list[int], Entries, list[bytes]]:
+    """:func:`read_all` with nothing delayed: asserts that no delayed job is reported."""
+    dry, entries, last_ids, next_due = read_all(scripts, keys, limit, quotas, consumer)
+    assert next_due == -1
     return dry, entries, last_ids
 
 
+def now_ms(rclient: redis.Redis) -> int:
+    seconds, micros = rclient.time()
+    return seconds * 1000 + micros // 1000
+
+
 def test_every_script_documents_its_keys_and_args() -> None:
-    for name in ("enqueue_stream", "read_stream", "ack_stream"):
+    names = (
+        "enqueue_stream", "read_stream", "ack_stream", "retry_stream", "dead_letter_stream",
+        "reclaim_stream", "heartbeat_stream", "forget_consumers", "stats_stream",
+    )  # fmt: skip
+    for name in names:
         text = source(name)
         assert text.startswith(f"-- {name}.lua")
         assert "-- KEYS" in text and "-- ARGV" in text
@@ -73,6 +103,26 @@ def test_enqueue_stream_adds_and_dedups(
         (first[0], {b"job": b"A"}),
         (again[1], {b"job": b"C"}),
     ]
+    assert rclient.zcard(keys.delayed("q", "low")) == 0
+
+
+def test_enqueue_stream_delays_into_the_delayed_set_and_dedups(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    before = now_ms(rclient)
+    replies = enqueue(scripts, keys, ("d", "low", b"D", 60_000), ("n", "low", b"N", 0))
+    after = now_ms(rclient)
+    assert replies[0] == b"delayed" and isinstance(replies[1], bytes) and replies[1] != 0
+    # Not in the stream yet: in the delayed set, due by the server's clock.
+    assert [fields for _, fields in rclient.xrange(keys.stream("q", "low"))] == [{b"job": b"N"}]
+    ((payload, due),) = rclient.zrange(keys.delayed("q", "low"), 0, -1, withscores=True)
+    assert payload == b"D"
+    assert before + 60_000 <= due <= after + 60_000
+    assert rclient.get(keys.job("d")) == b"delayed"
+    # A delayed id is taken, whether the duplicate asks for a delay or not.
+    assert enqueue(scripts, keys, ("d", "low", b"D2", 0), ("d", "low", b"D3", 5)) == [0, 0]
+    assert rclient.zrange(keys.delayed("q", "low"), 0, -1) == [b"D"]
+    assert rclient.xlen(keys.stream("q", "low")) == 1
 
 
 def test_enqueue_stream_dedups_inside_one_call(
@@ -155,6 +205,29 @@ def test_read_never_returns_more_than_the_limit(
     assert levels_of(entries) == expected
 
 
+def test_read_moves_due_delayed_jobs_into_their_streams_first(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    enqueue(scripts, keys, ("soon", "normal", b"S", 1), ("later", "low", b"L", 600_000))
+    dry, entries, last_ids, next_due = read_all(scripts, keys, 8, [1, 1, 1])
+    # Depending on the server clock, "soon" may already be due; "later" never is.
+    assert 0 < next_due <= 600_000
+    assert [fields for _, _, fields in entries] in ([], [{b"job": b"S"}])
+    due = rclient.zscore(keys.delayed("q", "normal"), "S")
+    if due is not None:
+        wait_until_sync(lambda: now_ms(rclient) > due, message="'soon' due")
+        dry, entries, last_ids, next_due = read_all(scripts, keys, 8, [1, 1, 1])
+    assert [(index, fields) for index, _, fields in entries] == [(2, {b"job": b"S"})]
+    assert last_ids == []
+    assert 590_000 < next_due <= 600_000
+    assert rclient.zcard(keys.delayed("q", "normal")) == 0
+    assert rclient.zrange(keys.delayed("q", "low"), 0, -1) == [b"L"]
+    assert rclient.xlen(keys.stream("q", "low")) == 0
+    # Moved, then delivered like any entry: pending until acked.
+    assert rclient.xpending(keys.stream("q", "normal"), GROUP)["pending"] == 1
+    assert dry == [1, 1, 1]
+
+
 def test_read_reports_dry_and_last_ids_when_empty(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
@@ -212,17 +285,25 @@ def test_ack_stream_acks_deletes_and_frees_ids(
     assert enqueue(scripts, keys, ("a", "low", b"A again"))[0] != 0
 
 
-def test_ack_stream_keeps_a_marker_that_names_another_entry(
+def test_a_late_ack_keeps_the_marker_of_a_newer_job(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
+    """c1 stalls; c2 takes its entry over and finishes it; the id is enqueued again.
+
+    c1's late ack must not free the id of the newer job: only an ack that really
+    acknowledged its entry deletes the marker.
+    """
+    stream = keys.stream("q", "low")
     ids = enqueue(scripts, keys, ("a", "low", b"A"))
-    read(scripts, keys, 1, [0, 0, 1])
-    # The id was freed and taken again by a newer entry (e.g. after a manual cleanup).
-    rclient.set(keys.job("a"), "9999999999999-0")
-    acked = run(scripts, "ack_stream", [keys.stream("q", "low"), keys.job("a")], [GROUP, ids[0]])
-    assert acked == 1
-    assert rclient.get(keys.job("a")) == b"9999999999999-0"
-    assert rclient.xlen(keys.stream("q", "low")) == 0
+    read(scripts, keys, 1, [0, 0, 1], consumer="c1")
+    rclient.xclaim(stream, GROUP, "c2", 0, [ids[0]])
+    assert run(scripts, "ack_stream", [stream, keys.job("a")], [GROUP, ids[0]]) == 1  # c2
+    newer = enqueue(scripts, keys, ("a", "low", b"A again"))[0]
+    assert isinstance(newer, bytes) and newer != ids[0]
+    assert run(scripts, "ack_stream", [stream, keys.job("a")], [GROUP, ids[0]]) == 0  # c1
+    assert rclient.get(keys.job("a")) == newer
+    assert [entry_id for entry_id, _ in rclient.xrange(stream)] == [newer]
+    assert enqueue(scripts, keys, ("a", "low", b"A third"))[0] == 0
 
 
 def test_ack_stream_of_an_unknown_entry_acks_nothing(
@@ -240,16 +321,16 @@ async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys
     client = aioredis.Redis.from_url(redis_url)
     try:
         scripts = AsyncScripts(client)
-        one = await scripts.run(
-            ScriptCall("enqueue_stream", [keys.job("a"), keys.stream("q", "low")], [b"A"])
-        )
+
+        def call(job_id: str, payload: bytes) -> ScriptCall:
+            script_keys = [keys.job(job_id), keys.stream("q", "low"), keys.delayed("q", "low")]
+            return ScriptCall("enqueue_stream", script_keys, [payload, 0])
+
+        one = await scripts.run(call("a", b"A"))
         assert isinstance(one[0], bytes)
-        many = await scripts.run_all(
-            [
-                ScriptCall("enqueue_stream", [keys.job("a"), keys.stream("q", "low")], [b"A"]),
-                ScriptCall("enqueue_stream", [keys.job("b"), keys.stream("q", "low")], [b"B"]),
-            ]
-        )
+        many = await scripts.run_all([call("a", b"A"), call("b", b"B")])
         assert many[0] == [0] and isinstance(many[1][0], bytes)
+        entries = await client.xrange(keys.stream("q", "low"))
+        assert [fields for _, fields in entries] == [{b"job": b"A"}, {b"job": b"B"}]
     finally:
         await client.aclose()

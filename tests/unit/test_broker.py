@@ -8,8 +8,21 @@ import pytest
 import redis
 
 from lockgate import BrokerError, ConfigError, ConnectionFailed, ScriptError
-from lockgate.broker import EnqueuePlan, async_client, batches, masked, sync_client, translated
+from lockgate.broker import (
+    EnqueuePlan,
+    Outgoing,
+    async_client,
+    batches,
+    masked,
+    sync_client,
+    translated,
+)
+from lockgate.codec import Job
+from lockgate.config import Levels
+from lockgate.keys import Keys
 from lockgate.policy import reconnect_delay
+from lockgate.sorted_broker import SortedProducer
+from lockgate.stream_broker import StreamProducer
 
 
 def test_masked_hides_only_the_password() -> None:
@@ -62,8 +75,61 @@ def test_batches() -> None:
 
 
 def test_enqueue_plan_maps_replies_back_to_the_callers_order() -> None:
-    plan = EnqueuePlan(calls=[], positions=[[0, 2], [1, 3]])
-    assert plan.created([[b"1-0", 0], [0, 1]]) == [True, False, False, True]
+    plan = EnqueuePlan(calls=[], positions=[[0, 2], [1, 3], [4]])
+    # Entry id (streams), 'delayed' (streams, with a delay), 1 (sorted): created; 0: taken.
+    replies = [[b"1-0", 0], [0, 1], [b"delayed"]]
+    assert plan.created(replies) == [True, False, False, True, True]
+
+
+def outgoing(job_id: str, queue: str, level: str, delay_ms: int = 0) -> Outgoing:
+    job = Job(id=job_id, task="t", queue=queue, level=level)
+    return Outgoing(job, f"data-{job_id}".encode(), delay_ms)
+
+
+def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
+    keys = Keys("ns")
+    jobs = [outgoing("a", "q", "low"), outgoing("b", "r", "critical", 1500)]
+    plan = StreamProducer(keys).plan_enqueue(jobs)
+    (call,) = plan.calls
+    assert call.script == "enqueue_stream"
+    assert list(call.keys) == [
+        keys.job("a"), keys.stream("q", "low"), keys.delayed("q", "low"),
+        keys.job("b"), keys.stream("r", "critical"), keys.delayed("r", "critical"),
+    ]  # fmt: skip
+    assert list(call.args) == [b"data-a", 0, b"data-b", 1500]
+    assert plan.positions == [[0, 1]]
+    many = StreamProducer(keys).plan_enqueue([outgoing(f"j{n}", "q", "low") for n in range(501)])
+    assert [len(c.keys) for c in many.calls] == [1500, 3]
+    assert [len(c.args) for c in many.calls] == [1000, 2]
+    assert many.positions == [list(range(500)), [500]]
+
+
+def test_sorted_plan_groups_jobs_by_queue_with_four_values_each() -> None:
+    keys = Keys("ns")
+    producer = SortedProducer(keys, Levels(), aging_seconds=1.0)
+    jobs = [
+        outgoing("a", "q", "low"),
+        outgoing("b", "r", "normal"),
+        outgoing("c", "q", "critical", 250),
+    ]
+    plan = producer.plan_enqueue(jobs)
+    assert [call.script for call in plan.calls] == ["enqueue_sorted"] * 2
+    assert plan.positions == [[0, 2], [1]]
+    q_call, r_call = plan.calls
+    q = keys.sorted_keys("q")
+    assert list(q_call.keys) == [
+        q.waiting,
+        q.payloads,
+        q.ranks,
+        q.clock,
+        q.wakeup,
+        q.delayed,
+        keys.job("a"),
+        keys.job("c"),
+    ]
+    assert list(q_call.args) == ["a", 0, b"data-a", 0, "c", 2_000_000, b"data-c", 250]
+    assert list(r_call.args) == ["b", 1_000_000, b"data-b", 0]
+    assert r_call.keys[0] == keys.sorted_waiting("r")
 
 
 def test_reconnect_delay_backs_off_to_a_cap() -> None:

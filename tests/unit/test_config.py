@@ -69,7 +69,7 @@ def test_unknown_policy() -> None:
         WorkerConfig(policy="fifo")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("field", ["grace_period", "idle_wait", "lease"])
+@pytest.mark.parametrize("field", ["grace_period", "idle_wait", "visibility_timeout"])
 def test_negative_durations(field: str) -> None:
     with pytest.raises(ConfigError, match="must not be negative"):
         WorkerConfig(**{field: -1.0})
@@ -87,19 +87,22 @@ def test_timedelta_durations_are_normalised_to_seconds() -> None:
     config = WorkerConfig(
         grace_period=timedelta(minutes=2),
         idle_wait=timedelta(milliseconds=250),
-        lease=timedelta(seconds=3),
+        visibility_timeout=timedelta(seconds=3),
     )
     assert config.grace_period == 120.0
     assert config.grace_seconds == 120.0
     assert config.idle_wait_seconds == 0.25
-    assert config.lease_seconds == 3.0
+    assert config.visibility_timeout == 3.0
+    assert config.visibility_seconds == 3.0
     assert isinstance(config.grace_period, float)
+    assert isinstance(config.visibility_timeout, float)
 
 
 def test_worker_config_defaults() -> None:
     config = WorkerConfig()
     assert (config.concurrency, config.policy, config.queues) == (8, "weighted", ())
-    assert (config.grace_seconds, config.idle_wait_seconds, config.lease_seconds) == (30, 5, 30)
+    assert (config.grace_seconds, config.idle_wait_seconds) == (30, 5)
+    assert (config.visibility_seconds, config.max_deliveries) == (30, 5)
 
 
 def test_worker_config_is_frozen_and_keyword_only() -> None:
@@ -110,10 +113,22 @@ def test_worker_config_is_frozen_and_keyword_only() -> None:
         WorkerConfig(4)  # type: ignore[misc]
 
 
-def test_lease_has_a_floor() -> None:
-    with pytest.raises(ConfigError, match="lease"):
-        WorkerConfig(lease=0.05)
-    assert WorkerConfig(lease=0.1).lease_seconds == 0.1
+def test_visibility_timeout_has_a_floor() -> None:
+    with pytest.raises(ConfigError, match="visibility_timeout"):
+        WorkerConfig(visibility_timeout=0.05)
+    assert WorkerConfig(visibility_timeout=0.1).visibility_seconds == 0.1
+
+
+def test_lease_was_renamed_to_visibility_timeout() -> None:
+    with pytest.raises(TypeError, match="lease"):
+        WorkerConfig(lease=30.0)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.5, "5"])
+def test_bad_max_deliveries(value: Any) -> None:
+    with pytest.raises(ConfigError, match="max_deliveries"):
+        WorkerConfig(max_deliveries=value)
+    assert WorkerConfig(max_deliveries=1).max_deliveries == 1
 
 
 def test_bad_queue_names() -> None:

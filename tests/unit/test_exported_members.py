@@ -9,16 +9,21 @@ import lockgate
 EXPECTED = [
     "AlreadyProcessed",
     "App",
+    "Backoff",
     "BrokerError",
+    "ClaimBusy",
     "ConfigError",
     "ConnectionFailed",
+    "DatabaseError",
     "EnqueueResult",
     "InvalidArguments",
     "JobContext",
     "LockgateError",
     "Message",
+    "RetryableError",
     "ScriptError",
     "SerializationError",
+    "StepDone",
     "Task",
     "TaskNotFound",
     "Worker",
@@ -53,8 +58,10 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 9
+    assert len(errors) == 13
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
     assert issubclass(lockgate.InvalidArguments, TypeError)
+    assert issubclass(lockgate.StepDone, lockgate.AlreadyProcessed)
+    assert issubclass(lockgate.ClaimBusy, lockgate.RetryableError)
