@@ -141,6 +141,14 @@ class Consumer(Protocol):
         """Release the consumer's resources."""
 
 
+def by_source(deliveries: Sequence[Delivery]) -> dict[str, list[Delivery]]:
+    """Deliveries grouped by where they came from (a stream, or a sorted-backend queue)."""
+    groups: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        groups.setdefault(delivery.source, []).append(delivery)
+    return groups
+
+
 def batches(count: int, size: int = ENQUEUE_BATCH) -> Iterator[range]:
     """Consecutive ranges of at most ``size`` positions out of ``count``."""
     for start in range(0, count, size):

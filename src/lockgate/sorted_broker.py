@@ -23,6 +23,7 @@ from lockgate.broker import (
     Outgoing,
     ReadResult,
     batches,
+    by_source,
     text,
     translated,
 )
@@ -135,11 +136,9 @@ class SortedConsumer:
     async def ack(
         self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
     ) -> list[Any]:
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_queue[delivery.queue].append(delivery.ref)
         calls = []
-        for queue, job_ids in by_queue.items():
+        for queue, group in by_source(deliveries).items():
+            job_ids = [d.ref for d in group]
             q = self._keys.sorted_keys(queue)
             markers = [self._keys.job(job_id) for job_id in job_ids]
             keys = [q.inflight, q.payloads, q.ranks, q.deliveries, *markers]
@@ -178,14 +177,13 @@ class SortedConsumer:
         return 0  # no consumer registry on this backend
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_queue[delivery.queue].append(delivery.ref)
         calls = [
             ScriptCall(
-                "extend_sorted", [self._keys.sorted_inflight(queue)], [self._lease_ms, *job_ids]
+                "extend_sorted",
+                [self._keys.sorted_inflight(queue)],
+                [self._lease_ms, *[d.ref for d in group]],
             )
-            for queue, job_ids in by_queue.items()
+            for queue, group in by_source(deliveries).items()
         ]
         if calls:
             with translated(self._url):

@@ -9,7 +9,6 @@ read saw, so a job that arrives while it waits wakes it at once and none is miss
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from lockgate.broker import (
     Outgoing,
     ReadResult,
     batches,
+    by_source,
     text,
     translated,
 )
@@ -158,16 +158,13 @@ class StreamConsumer:
     async def ack(
         self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
     ) -> list[Any]:
-        by_stream: dict[str, list[Delivery]] = defaultdict(list)
-        for delivery in deliveries:
-            by_stream[delivery.source].append(delivery)
         calls = [
             ScriptCall(
                 "ack_stream",
                 [stream] + [self._marker(d) for d in group],
                 [GROUP] + [d.ref for d in group],
             )
-            for stream, group in by_stream.items()
+            for stream, group in by_source(deliveries).items()
         ]
         with translated(self._url):
             replies = await self._scripts.run_all([*before, *calls])
@@ -217,12 +214,11 @@ class StreamConsumer:
         return int(removed)
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
-        by_stream: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_stream[delivery.source].append(delivery.ref)
         calls = [
-            ScriptCall("heartbeat_stream", [stream], [GROUP, self._consumer, *refs])
-            for stream, refs in by_stream.items()
+            ScriptCall(
+                "heartbeat_stream", [stream], [GROUP, self._consumer, *[d.ref for d in group]]
+            )
+            for stream, group in by_source(deliveries).items()
         ]
         if calls:
             with translated(self._url):
