@@ -21,6 +21,8 @@ import redis
 
 from lockgate import App, Worker, WorkerConfig
 from lockgate.embedded import EmbeddedServer
+from lockgate.keys import Keys
+from lockgate.lua import SyncScripts
 
 SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
 # Loose bounds against hangs, never timing goals.
@@ -107,6 +109,18 @@ def delete_namespace(url: str, ns: str) -> None:
             client.delete(*keys[start : start + 500])
     finally:
         client.close()
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    """The test namespace's key names (for calling scripts directly)."""
+    return Keys(namespace)
+
+
+@pytest.fixture
+def scripts(rclient: redis.Redis) -> SyncScripts:
+    """lockgate's scripts on a sync client (for calling them directly)."""
+    return SyncScripts(rclient)
 
 
 @pytest.fixture

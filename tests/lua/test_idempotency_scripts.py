@@ -15,16 +15,6 @@ OLD, NEW = "token-old", "token-new"
 
 
 @pytest.fixture
-def keys(namespace: str) -> Keys:
-    return Keys(namespace)
-
-
-@pytest.fixture
-def scripts(rclient: redis.Redis) -> SyncScripts:
-    return SyncScripts(rclient)
-
-
-@pytest.fixture
 def key(keys: Keys) -> str:
     return keys.claim("order:1")
 

@@ -20,16 +20,6 @@ def q(namespace: str) -> SortedKeys:
     return Keys(namespace).sorted_keys("q")
 
 
-@pytest.fixture
-def keys(namespace: str) -> Keys:
-    return Keys(namespace)
-
-
-@pytest.fixture
-def scripts(rclient: redis.Redis) -> SyncScripts:
-    return SyncScripts(rclient)
-
-
 def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> Any:
     return scripts.run_all([ScriptCall(name, keys, args)])[0]
 

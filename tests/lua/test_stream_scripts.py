@@ -15,16 +15,6 @@ from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts, source
 LEVELS = ("critical", "normal", "low")
 
 
-@pytest.fixture
-def keys(namespace: str) -> Keys:
-    return Keys(namespace)
-
-
-@pytest.fixture
-def scripts(rclient: redis.Redis) -> SyncScripts:
-    return SyncScripts(rclient)
-
-
 def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> Any:
     return scripts.run_all([ScriptCall(name, keys, args)])[0]
 
