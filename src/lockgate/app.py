@@ -7,7 +7,8 @@ import inspect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -16,10 +17,11 @@ import redis
 import redis.asyncio as aioredis
 
 from lockgate import codec
+from lockgate.arguments import Schema
 from lockgate.broker import EnqueuePlan, Outgoing, Producer, async_client, sync_client, translated
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
-from lockgate.errors import ConfigError, InvalidArguments, SerializationError
+from lockgate.errors import ConfigError, SerializationError
 from lockgate.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_TTL,
@@ -89,7 +91,8 @@ class Task(Generic[P, R]):
         self.idempotency_ttl = idempotency_ttl
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
-        self._plain = _plain_parameters(self.signature)
+        # Decided once here, so that enqueue and the worker only look values up.
+        self.schema = Schema(name, fn, self.signature)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -98,17 +101,33 @@ class Task(Generic[P, R]):
         return f"<Task {self.name} queue={self.queue} priority={self.priority}>"
 
     def check_arguments(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
-        """Check that arguments bind to the task's signature.
+        """Check that arguments bind to the task's signature (not their values' types).
 
         Raises:
             InvalidArguments: they do not.
         """
-        if self._plain is not None and _fits(self._plain, args, kwargs):
-            return  # the common case, without Signature.bind's cost on the enqueue path
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise InvalidArguments(f"task {self.name!r}: {e}") from None
+        self.schema.bind(args if isinstance(args, Sequence) else tuple(args), kwargs)
+
+    def prepare(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Turn a decoded job's arguments into the ones the task is called with.
+
+        Binds them to the signature and converts each value to its parameter's type
+        annotation (``"2024-01-31"`` to a ``date`` for ``d: date``; for ``*args`` and
+        ``**kwargs`` the annotation of each item), leniently, so producers in other
+        languages may send the JSON form. Unannotated parameters are passed as they are.
+
+        Args:
+            args: the job's positional arguments, as decoded.
+            kwargs: the job's keyword arguments, as decoded.
+
+        Returns:
+            (args, kwargs) to call the task function with.
+
+        Raises:
+            InvalidArguments: they do not bind, or a value cannot be converted (the
+                worker dead-letters the job with reason "wrong arguments").
+        """
+        return self.schema.prepare(args, kwargs)
 
     def message(
         self,
@@ -129,10 +148,16 @@ class Task(Generic[P, R]):
             eta: when the job may run (an aware datetime; naive means UTC).
 
         Raises:
-            InvalidArguments: the arguments do not fit the task.
+            InvalidArguments: the arguments do not bind to the task, or a value does not
+                fit its parameter's annotation (``"5"`` for an ``int``, a string for a
+                ``date``).
+            SerializationError: a value would not arrive as it is: it has no JSON form,
+                nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
+                another value or type (a ``date`` for an unannotated parameter, NaN, a
+                tuple where no annotation asks for one). See :mod:`lockgate.arguments`.
             ConfigError: unknown priority, or both delay and eta.
         """
-        self.check_arguments(args, kwargs)
+        self.schema.check(args, kwargs)
         level = priority or self.priority
         self.app.levels.index(level)
         job = Job(
@@ -187,36 +212,6 @@ class Task(Generic[P, R]):
         return (await self.app.enqueue_many_async([message]))[0]
 
 
-@dataclass(frozen=True, slots=True)
-class _Plain:
-    """A signature of plain named parameters: names in order, how many are required."""
-
-    names: tuple[str, ...]
-    required: int
-
-
-def _plain_parameters(signature: inspect.Signature) -> _Plain | None:
-    """The signature as :class:`_Plain`, or None when it has *args, **kwargs or the like."""
-    params = list(signature.parameters.values())
-    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
-        return None
-    defaults = [p.default is not inspect.Parameter.empty for p in params]
-    if any(defaults[i] and not defaults[i + 1] for i in range(len(defaults) - 1)):
-        return None
-    return _Plain(tuple(p.name for p in params), defaults.count(False))
-
-
-def _fits(plain: _Plain, args: Any, kwargs: Mapping[str, Any]) -> bool:
-    """Whether arguments surely bind to a plain signature (False: let bind() decide)."""
-    positional = len(args)
-    if positional > len(plain.names):
-        return False
-    rest = plain.names[positional:]
-    if any(name not in rest for name in kwargs):
-        return False
-    return all(name in kwargs for name in rest[: max(0, plain.required - positional)])
-
-
 def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:
     """Seconds from ``now`` until a job may run.
 
@@ -242,9 +237,11 @@ class App:
             per queue with aging); producers and workers must agree.
         aging: sorted backend: seconds of waiting worth one level of precedence.
         max_payload_bytes: largest encoded job accepted by enqueue.
+        dead_letter_max_len: dead letters kept (the oldest are trimmed); None: no limit.
+        dead_letter_max_age: seconds (or a timedelta) a dead letter is kept; None: no limit.
 
     Raises:
-        ConfigError: invalid namespace, levels, backend, aging or payload limit.
+        ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter limit.
     """
 
     def __init__(
@@ -256,6 +253,8 @@ class App:
         *,
         aging: float | timedelta = 60.0,
         max_payload_bytes: int = 1_048_576,
+        dead_letter_max_len: int | None = 100_000,
+        dead_letter_max_age: float | timedelta | None = timedelta(days=30),
     ) -> None:
         self.redis_url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
@@ -269,6 +268,27 @@ class App:
         if max_payload_bytes < 64:
             raise ConfigError(f"max_payload_bytes must be >= 64, got {max_payload_bytes}")
         self.max_payload_bytes = max_payload_bytes
+        if dead_letter_max_len is not None and (
+            isinstance(dead_letter_max_len, bool)
+            or not isinstance(dead_letter_max_len, int)
+            or dead_letter_max_len < 1
+        ):
+            raise ConfigError(
+                f"dead_letter_max_len must be a whole number >= 1 or None, "
+                f"got {dead_letter_max_len!r}"
+            )
+        # 0 is "no limit" in the ARGV of the scripts that trim (deadletter.trim_args).
+        self.dead_letter_max_len: int = dead_letter_max_len or 0
+        max_age = (
+            0.0
+            if dead_letter_max_age is None
+            else seconds(dead_letter_max_age, "dead_letter_max_age")
+        )
+        if dead_letter_max_age is not None and round(max_age * 1000) < 1:
+            raise ConfigError(
+                f"dead_letter_max_age must be at least 1 ms or None, got {dead_letter_max_age!r}"
+            )
+        self.dead_letter_max_age_ms: int = round(max_age * 1000)
         self.keys = Keys(self.namespace)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer: Producer = (
@@ -280,6 +300,7 @@ class App:
         self._lock = threading.Lock()
         self._sync: tuple[redis.Redis, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncScripts]] = {}
+        _APPS.add(self)
 
     @property
     def default_priority(self) -> str:
@@ -352,7 +373,6 @@ class App:
             timeout=seconds(timeout, "timeout") if timeout is not None else None,
         )
         ttl = seconds(idempotency_ttl, "idempotency_ttl")
-        check_ttl(f"{name or 'task'} job ids", ttl, retry.window)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
@@ -360,6 +380,8 @@ class App:
             task_name = name or func.__name__
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
+            if idempotent:  # the job's own done marker must outlast its retries
+                check_ttl(f"job ids of task {task_name!r}", ttl, retry.window)
             registered = Task(
                 self,
                 func,
@@ -532,3 +554,26 @@ class App:
         pair = self._async.pop(asyncio.get_running_loop(), None)
         if pair is not None:
             await pair[0].aclose()
+
+    def _after_fork_in_child(self) -> None:
+        # Another parent thread may have held the lock. The async clients belong to the
+        # parent's loops: set aside, never closed here (closing one would unregister its
+        # socket from the epoll instance both processes share); the child's loops make
+        # their own. The sync client's pool notices the new pid by itself.
+        self._lock = threading.Lock()
+        _FORKED_AWAY.append(self._async)
+        self._async = {}
+        self.lease_keeper._after_fork_in_child()
+
+
+# Every live App, made fit for a forked child by the hook below (see lockgate.isolation).
+_APPS: weakref.WeakSet[App] = weakref.WeakSet()
+_FORKED_AWAY: list[object] = []  # kept alive so that no finaliser closes them in a child
+
+
+def _after_fork_in_child() -> None:
+    for app in list(_APPS):
+        app._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

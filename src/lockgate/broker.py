@@ -7,25 +7,47 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from lockgate import faults
 from lockgate.codec import Job
-from lockgate.errors import BrokerError, ConfigError, ConnectionFailed, ScriptError
-from lockgate.lua import ScriptCall
+from lockgate.errors import ConfigError, ConnectionFailed
+from lockgate.lua import Arg, ScriptCall
+from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
 # Probe an idle connection after 20 s, then every 10 s; 3 misses and it is dead.
 KEEPALIVE = {socket.TCP_KEEPIDLE: 20, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
+# Seconds: a connect (TCP or Unix) that takes longer fails.
+CONNECT_TIMEOUT = 5.0
+# Seconds for a worker's first PING, connect included. An open port that is not Redis
+# accepts the connection and never answers, and the worker's client has no socket timeout
+# (see async_client) that would notice.
+HANDSHAKE_TIMEOUT = 5.0
+# Seconds a reply may take on clients whose calls never block on the server.
+SOCKET_TIMEOUT = 5.0
+# Seconds an async caller waits for a free pooled connection: a full pool is load, not a
+# fault, so the wait is long; past it the call fails as a connection error.
+POOL_WAIT_TIMEOUT = 60.0
+# Pool size when the caller names none (redis-py's own default).
+DEFAULT_MAX_CONNECTIONS = 100
+# Query parameters whose value is a secret: password, ssl_password, token, api_key, ...
+SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|credential|auth|(^|_)key$", re.IGNORECASE)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -42,6 +64,7 @@ class Delivery:
         job_id: the job id, as far as it could be read (for logs).
         raw: the stored job bytes, as read (kept for the dead-letter queue).
         deliveries: how many times the entry was handed to a worker (1 on a first read).
+        owner: sorted backend: the token of this take (only it may settle the job).
     """
 
     queue: str
@@ -53,6 +76,43 @@ class Delivery:
     job_id: str = "?"
     raw: bytes | None = None
     deliveries: int = 1
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one delivery ends, ready to apply: the outcome and what it needs on the wire.
+
+    Attributes:
+        delivery: the delivery to settle.
+        outcome: its decided end (never ``abandoned``: there is nothing to apply then).
+        claim_key: the Redis key of the job's idempotency claim, if it has one.
+        claim_token: that claim's owner token.
+        claim_ttl: seconds the done marker lasts.
+        record: dead: the dead letter's fields.
+        trim: dead: [dead letters kept at most, their max age ms], 0 for no limit.
+    """
+
+    delivery: Delivery
+    outcome: Outcome
+    claim_key: str | None = None
+    claim_token: str = ""
+    claim_ttl: float = 0.0
+    record: Mapping[str, str | bytes] = field(default_factory=dict)
+    trim: Sequence[int] = (0, 0)
+
+    def claim_args(self) -> list[Arg]:
+        """Claim token, claim action, done-marker TTL ms (shared by both backends)."""
+        if self.claim_key is None:
+            return ["", "keep", 0]
+        return [self.claim_token, self.outcome.claim, max(1, round(self.claim_ttl * 1000))]
+
+    def dead_args(self) -> list[Arg]:
+        """Trim limits, then the dead letter's field/value pairs."""
+        args: list[Arg] = [*self.trim]
+        for name, value in self.record.items():
+            args += [name, value]
+        return args
 
 
 @dataclass(slots=True)
@@ -109,20 +169,15 @@ class Consumer(Protocol):
     async def wait_for_work(self, timeout: float) -> None:
         """Block until new work may be there, or ``timeout`` seconds pass."""
 
-    async def ack(
-        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
-    ) -> list[Any]:
-        """Mark deliveries done: acknowledged, deleted, job ids freed.
+    def settle_call(self, settlement: Settlement) -> ScriptCall:
+        """The one script call that applies a settlement, owner-checked (pure)."""
 
-        ``before`` runs first in the same round trip (idempotency done markers), and its
-        replies are returned.
+    async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Apply settle calls in one round trip; per call, its reply or the error it met.
+
+        Raises:
+            BrokerError: the round trip itself failed (nothing or some applied).
         """
-
-    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
-        """Replace a delivery by the job's next attempt, due in ``delay`` seconds."""
-
-    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
-        """Move a delivery to the dead-letter stream with the fields of ``record``."""
 
     async def reclaim(self, min_idle: float) -> Delivery | None:
         """Take over one job another worker left (streams); None when there is none."""
@@ -131,7 +186,7 @@ class Consumer(Protocol):
         """Remove consumers that are gone and own nothing."""
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
-        """Keep running deliveries from being handed to another worker."""
+        """Keep running (or not yet settled) deliveries from going to another worker."""
 
     @property
     def client(self) -> aioredis.Redis:
@@ -156,69 +211,184 @@ def batches(count: int, size: int = ENQUEUE_BATCH) -> Iterator[range]:
 
 
 def masked(url: str) -> str:
-    """The URL with any password replaced by ``***``, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL with its secrets replaced by ``***``, for messages and logs.
+
+    Masked: the password of the user-info (``redis://user:pw@host``) and the value of each
+    query parameter whose name says secret (``?password=``, ``ssl_password=``, ``token=``,
+    ...). Everything else is kept as written. Never raises, even on a malformed URL.
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        # The user-info ends at the last "@" before the path, as urllib reads it; a
+        # password with an unescaped "?" or "#" is masked too (urllib would cut it short).
+        authority, slash, path = rest.partition("/")
+        userinfo, at, host = authority.rpartition("@")
+        if at and ":" in userinfo:
+            user = userinfo.partition(":")[0]
+            url = f"{scheme}://{user}:***@{host}{slash}{path}"
+    head, question, query = url.partition("?")
+    if not question:
         return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    query, hash_, fragment = query.partition("#")
+    query = "&".join(_masked_parameter(parameter) for parameter in query.split("&"))
+    return f"{head}?{query}{hash_}{fragment}"
 
 
-def async_client(url: str, *, socket_timeout: float | None = 5.0) -> aioredis.Redis:
-    """An async client for ``url``.
+def _masked_parameter(parameter: str) -> str:
+    name, equals, _ = parameter.partition("=")
+    if equals and SECRET_PARAMETER.search(unquote_plus(name)):
+        return f"{name}=***"
+    return parameter
+
+
+def _connection_options(url: str, socket_timeout: float | None) -> dict[str, Any]:
+    """Keyword arguments for every connection to ``url``, suited to its transport."""
+    options: dict[str, Any] = {
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": socket_timeout,
+        "health_check_interval": 30,
+    }
+    # Keepalive is a TCP option: redis-py's Unix socket connections reject it (TypeError).
+    if urlsplit(url).scheme.lower() != "unix":
+        options["socket_keepalive"] = True
+        options["socket_keepalive_options"] = KEEPALIVE
+    return options
+
+
+def async_client(
+    url: str,
+    *,
+    socket_timeout: float | None = SOCKET_TIMEOUT,
+    max_connections: int | None = None,
+) -> aioredis.Redis:
+    """An async client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+
+    Its pool blocks: a call that finds every connection busy waits for one (up to
+    ``POOL_WAIT_TIMEOUT``) instead of failing with "Too many connections".
 
     Args:
-        socket_timeout: longest wait for a reply (redis-py 6+ defaults it to 5 s). None
-            for a worker: its blocking reads outlast any fixed timeout, redis-py wraps
-            every read and write in ``wait_for`` when one is set (a cost per command, and
-            on Python 3.11 a cancellation that can be absorbed), and TCP keepalive
-            (dead peer noticed within about a minute) plus health checks cover a
-            connection whose server vanished.
+        socket_timeout: longest wait for a reply. None for a worker: its blocking reads
+            outlast any fixed timeout, redis-py wraps every read and write in
+            ``wait_for`` when one is set (a cost per command, and on Python 3.11 a
+            cancellation that can be absorbed), and TCP keepalive (dead peer noticed
+            within about a minute) plus health checks cover a connection whose server
+            vanished.
+        max_connections: the pool's size (default ``DEFAULT_MAX_CONNECTIONS``); size it
+            to the number of calls that may be in flight at once.
 
     Raises:
-        ConfigError: the URL is not a Redis URL.
+        ConfigError: the URL is not a Redis URL, or ``max_connections`` is below 1.
     """
+    size = DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections
+    if size < 1:
+        raise ConfigError(f"max_connections must be at least 1, got {size}")
     try:
-        return aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=size,
+            timeout=POOL_WAIT_TIMEOUT,
             # One retry: a pooled connection that a server restart closed is replaced
             # instead of failing the call (from_url clients get none by default).
             retry=Retry(NoBackoff(), 1),
-            health_check_interval=30,
-            socket_timeout=socket_timeout,
-            socket_keepalive=True,
-            socket_keepalive_options=KEEPALIVE,
+            **_connection_options(url, socket_timeout),
         )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
+    return aioredis.Redis.from_pool(pool)
+
+
+async def connect_worker_client(url: str, *, max_connections: int) -> aioredis.Redis:
+    """A worker's async client for ``url``, checked to be a Redis server that answers.
+
+    The client has no socket timeout (see :func:`async_client`), so its first PING,
+    connect included, is bounded by ``HANDSHAKE_TIMEOUT`` here: an open port that is not
+    Redis would otherwise hang the worker silently. On failure the client is closed.
+
+    Args:
+        url: the Redis URL.
+        max_connections: the pool's size: the worker's concurrency plus its own loops.
+
+    Returns:
+        The connected client; the caller closes it.
+
+    Raises:
+        ConfigError: the URL is not a Redis URL, or ``max_connections`` is below 1.
+        ConnectionFailed: nothing answers at the URL, or what answers is not Redis.
+        BrokerError: the server refused the client (a wrong password, an ACL: see
+            :mod:`lockgate.faults` for which error).
+    """
+    client = async_client(url, socket_timeout=None, max_connections=max_connections)
+    try:
+        await _first_ping(client, url)
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+async def _first_ping(client: aioredis.Redis, url: str) -> None:
+    not_redis = "is this a Redis server?"
+    try:
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+            with translated(url):
+                try:
+                    await client.ping()
+                except redis.exceptions.InvalidResponse as e:
+                    reason = f"not a Redis reply ({e}): {not_redis}"
+                    raise ConnectionFailed(masked(url), reason) from e
+    except TimeoutError as e:
+        reason = f"no Redis reply within {HANDSHAKE_TIMEOUT:g} s: {not_redis}"
+        raise ConnectionFailed(masked(url), reason) from e
+
+
+async def server_warnings(client: aioredis.Redis) -> list[str]:
+    """What in the server's configuration puts jobs at risk, as lines for a log.
+
+    An evicting ``maxmemory-policy`` lets Redis delete keys under memory pressure, queued
+    jobs' streams and done markers among them, without an error; only ``noeviction``
+    (writes refused when memory is full) keeps them. A server that refuses CONFIG GET
+    (an ACL, a managed Redis) gives no warning: this is advice, never a reason to stop.
+
+    Returns:
+        One text per risk found; empty when none is, or when the server would not say.
+    """
+    try:
+        reply: Mapping[Any, Any] = await client.config_get("maxmemory-policy")
+    except (redis.RedisError, OSError) as e:
+        log.debug("maxmemory-policy not checked: the server would not say (%s)", e)
+        return []
+    policy = next((text(v) for k, v in reply.items() if text(k) == "maxmemory-policy"), None)
+    if policy is None or policy == "noeviction":
+        return []
+    return [
+        f"maxmemory-policy is {policy!r}: under memory pressure Redis may silently evict "
+        "queued jobs and done markers; set it to 'noeviction'"
+    ]
 
 
 def sync_client(url: str) -> redis.Redis:
-    """A sync client for ``url``.
+    """A sync client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+
+    For producers and the CLI: none of their calls block on the server, so every call is
+    bounded by the connect and socket timeouts (a server that vanished, or a port that is
+    not Redis, fails the call instead of hanging it).
 
     Raises:
         ConfigError: the URL is not a Redis URL.
     """
     try:
-        return redis.Redis.from_url(url, health_check_interval=30)
+        return redis.Redis.from_url(url, **_connection_options(url, SOCKET_TIMEOUT))
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
 
 
 @contextlib.contextmanager
 def translated(url: str) -> Iterator[None]:
-    """Turn redis-py errors raised inside the block into lockgate's own."""
+    """Turn redis-py errors raised inside the block into lockgate's own (see faults)."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-        raise ConnectionFailed(masked(url), str(e) or type(e).__name__) from e
-    except redis.ResponseError as e:
-        if "script" in str(e).lower():
-            raise ScriptError(str(e)) from e
-        raise BrokerError(str(e)) from e
-    except redis.RedisError as e:
-        raise BrokerError(str(e)) from e
+    except (redis.RedisError, OSError) as e:
+        raise faults.translate(e, masked(url)) from e
 
 
 def text(value: bytes | str) -> str:

@@ -26,6 +26,7 @@ from lockgate.inspect import Stats, queue_stats
 from lockgate.worker import Worker
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 EXIT_USAGE = 2
 
 
@@ -135,7 +136,17 @@ def worker(
             visibility_timeout=visibility_timeout,
             max_deliveries=max_deliveries,
         )
-        run_async(Worker(app, config).run(install_signal_handlers=True))
+        running = Worker(app, config)
+        run_async(running.run(install_signal_handlers=True))
+        if running.abandoned_threads:
+            # A forced stop: sync runs still going would hold the process open (the
+            # interpreter joins its pool's threads at exit). Their claims lapse with the
+            # process and their jobs are redelivered.
+            log.warning("exiting with %d sync runs still going", running.abandoned_threads)
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 @main.command()

@@ -6,6 +6,9 @@ msgspec encodes and validates in one pass, which keeps the worker's per-job cost
 
 from __future__ import annotations
 
+import re
+from itertools import accumulate, count
+from operator import sub
 from typing import Any
 
 import msgspec
@@ -13,6 +16,21 @@ import msgspec
 from lockgate.errors import SerializationError
 
 MAX_JOB_ID_BYTES = 256
+
+# Deepest nesting of lists and objects inside one argument (a scalar is 0, ``[]`` is 1).
+# msgspec, the type conversion and any task that walks its arguments recurse once per
+# level, on the Python recursion limit (1,000 by default) that the worker's own frames
+# already use; 64 leaves that margin many times over yet is far beyond any real record
+# (a JSON document nested 64 deep is an attack or a bug, not data).
+MAX_DEPTH = 64
+# The job object and its args list (or kwargs object) around each argument.
+_ENVELOPE_DEPTH = 2
+# A JSON string, escapes included; unrolled so it runs in linear time on any input.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+# After deleting everything but brackets: an opener becomes 2, a closer 0, so the running
+# sum minus the running count is the depth after each bracket.
+_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -27,6 +45,11 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         kwargs: keyword arguments.
         attempt: 1 for the first run.
         enqueued: Unix time of the enqueue, producer clock (for wait times).
+        waits: how often this attempt was put back because another worker held its claim
+            (it sets the next, growing, wait; a wait never spends an attempt).
+        markers_expire: Unix time when the first done marker written by an earlier
+            attempt (a finished step) expires, 0 when none: a retry due after that time
+            would run the finished step again, so it is dead-lettered instead.
     """
 
     id: str
@@ -37,34 +60,87 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     attempt: int = 1
     enqueued: float = 0.0
+    waits: int = 0
+    markers_expire: float = 0.0
 
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Job)
 
 
+def nesting_depth(data: bytes) -> int:
+    """How deep lists and objects nest in JSON ``data`` (0 for a scalar).
+
+    Brackets inside strings do not count. Linear in the size of ``data``, without
+    recursion, so it is safe on any input, valid JSON or not.
+    """
+    brackets = _STRING.sub(b"", data).translate(_STEPS, _NOT_BRACKETS)
+    return max(map(sub, accumulate(brackets), count(1)), default=0)
+
+
+def depth_within(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON ``data`` nests at most ``limit`` deep.
+
+    The hot path only counts opening brackets, an upper bound of the depth; the exact
+    :func:`nesting_depth` runs only when that bound is over the limit.
+    """
+    return data.count(b"[") + data.count(b"{") <= limit or nesting_depth(data) <= limit
+
+
+def _too_deep(job: Job, data: bytes | None) -> SerializationError:
+    depth = f"{nesting_depth(data) - _ENVELOPE_DEPTH} deep" if data is not None else "too deep"
+    return SerializationError(
+        f"job {job.id!r} of task {job.task!r}: arguments nested {depth} (over the limit "
+        f"of {MAX_DEPTH})"
+    )
+
+
 def encode(job: Job) -> bytes:
     """Encode a job.
 
     Raises:
-        SerializationError: an argument has no JSON form.
+        SerializationError: an argument has no JSON form, or nests deeper than
+            :data:`MAX_DEPTH`.
     """
     try:
-        return _encoder.encode(job)
-    except (TypeError, msgspec.EncodeError, OverflowError) as e:
+        data = _encoder.encode(job)
+    except RecursionError as e:
+        # msgspec recurses per level: only a very deep argument (or a nearly exhausted
+        # stack) gets here, and either way the job cannot go out.
+        raise _too_deep(job, None) from e
+    except Exception as e:  # TypeError, EncodeError, OverflowError, UnicodeEncodeError...
         raise SerializationError(f"job {job.id!r} of task {job.task!r}: {e}") from e
+    if not depth_within(data, MAX_DEPTH + _ENVELOPE_DEPTH):
+        raise _too_deep(job, data)
+    return data
 
 
 def decode(data: bytes | str) -> Job:
     """Decode a stored job.
 
+    Any failure, whatever msgspec or the interpreter raised (a ``RecursionError`` on
+    a deep entry, a ``ValueError``...), becomes a :class:`SerializationError`: a worker
+    dead-letters such an entry instead of dying on it.
+
     Raises:
-        SerializationError: the data is not a valid job.
+        SerializationError: the data is not a valid job, or nests deeper than
+            :data:`MAX_DEPTH` in its arguments.
     """
     try:
-        return _decoder.decode(data)
-    except msgspec.DecodeError as e:
-        raise SerializationError(f"undecodable job entry: {e}") from e
+        raw = data.encode() if isinstance(data, str) else data
+        # Checked before msgspec sees it: a deep entry must not reach a recursive
+        # decoder, however much stack the caller has left.
+        if not depth_within(raw, MAX_DEPTH + _ENVELOPE_DEPTH):
+            depth = nesting_depth(raw) - _ENVELOPE_DEPTH
+            raise SerializationError(
+                f"undecodable job entry: arguments nested {depth} deep (over the limit "
+                f"of {MAX_DEPTH})"
+            )
+        return _decoder.decode(raw)
+    except SerializationError:
+        raise
+    except Exception as e:  # a poison entry must never take the worker down
+        raise SerializationError(f"undecodable job entry: {e!r}") from e
 
 
 def check_job_id(job_id: str) -> str:

@@ -27,6 +27,8 @@ class JobContext:
         enqueued: when the job was enqueued (Unix seconds, producer clock).
         retry_window: longest span of the task's retry delays, in seconds.
         idempotency_ttl: the task's done-marker TTL, the default of its steps.
+        markers_expire: when the first done marker of an earlier attempt expires (0: none).
+        done_markers: expiry times of the done markers this run wrote.
     """
 
     job_id: str
@@ -38,7 +40,9 @@ class JobContext:
     app: App | None = field(default=None, repr=False)
     retry_window: float = 0.0
     idempotency_ttl: float = 86_400.0
+    markers_expire: float = 0.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
+    done_markers: list[float] = field(default_factory=list, repr=False)
 
     def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
         """An idempotency claim scoped to this job and one external step of it.

@@ -1,4 +1,4 @@
-"""The dead-letter queue: what goes into it, and listing, replaying and purging it.
+"""The dead-letter queue: what goes into it; listing, replaying, trimming, purging it.
 
 Each dead letter is an entry of the namespace's dead-letter stream with the job as it was
 stored and why it died. Replay enqueues the job again under its own job id (attempt 1).
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +15,9 @@ from typing import Any
 from lockgate import codec
 from lockgate.app import App, Message
 from lockgate.broker import Delivery, text, translated
-from lockgate.errors import SerializationError
+from lockgate.errors import ConfigError, SerializationError
+from lockgate.lua import ScriptCall
+from lockgate.outcome import ErrorInfo
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 FIELDS = (
@@ -26,7 +27,7 @@ FIELDS = (
 
 
 def record(
-    delivery: Delivery, reason: str, error: BaseException | None = None
+    delivery: Delivery, reason: str, error: ErrorInfo | None = None
 ) -> dict[str, str | bytes]:
     """The fields of a dead letter for ``delivery`` (pure)."""
     job = delivery.job
@@ -34,9 +35,9 @@ def record(
         "job_id": job.id if job else delivery.job_id,
         "task": job.task if job else "",
         "reason": reason,
-        "error_type": type(error).__name__ if error else "",
-        "error": str(error) if error else (delivery.error or ""),
-        "traceback": "".join(traceback.format_exception(error)) if error else "",
+        "error_type": error.type if error else "",
+        "error": error.message if error else (delivery.error or ""),
+        "traceback": error.traceback if error else "",
         "attempt": str(job.attempt if job else 0),
         "deliveries": str(delivery.deliveries),
         "queue": delivery.queue,
@@ -136,43 +137,159 @@ class Replayed:
     detail: str = ""
 
 
-def replay(app: App, letters: Sequence[DeadLetter]) -> list[Replayed]:
+class _Refused(Exception):
+    """A dead letter that cannot be replayed as asked (it stays put)."""
+
+    def __init__(self, job_id: str, detail: str) -> None:
+        super().__init__(detail)
+        self.job_id = job_id
+        self.detail = detail
+
+
+def _unserved(app: App, queue: str) -> str:
+    return f"queue {queue!r} is not served by this app (served: {', '.join(app.queues)})"
+
+
+def _fresh_job(app: App, letter: DeadLetter, level: str | None, queue: str | None) -> codec.Job:
+    """The job to enqueue again for ``letter``: its id, arguments and attempt 1.
+
+    Raises:
+        _Refused: undecodable job, unknown task, or a queue or level no worker of this app
+            reads (enqueued there, it would never run and its id would stay taken).
+    """
+    try:
+        job = codec.decode(letter.job)
+    except SerializationError as e:
+        raise _Refused(letter.job_id, str(e)) from None
+    if job.task not in app.tasks:
+        raise _Refused(job.id, f"unknown task {job.task!r}")
+    target_queue, target_level = queue or job.queue, level or job.level
+    problems, hints = [], []
+    if target_queue not in app.queues:
+        problems.append(_unserved(app, target_queue))
+        hints.append("--queue QUEUE")
+    if target_level not in app.levels.names:
+        declared = ", ".join(app.levels.names)
+        problems.append(
+            f"level {target_level!r} is not declared by this app (declared: {declared})"
+        )
+        hints.append("--level LEVEL")
+    if problems:
+        raise _Refused(job.id, f"{'; '.join(problems)}; replay with {' '.join(hints)}")
+    return codec.Job(
+        id=job.id, task=job.task, queue=target_queue, level=target_level,
+        args=job.args, kwargs=job.kwargs, attempt=1, enqueued=time.time(),
+    )  # fmt: skip
+
+
+def replay(
+    app: App, letters: Sequence[DeadLetter], *, level: str | None = None, queue: str | None = None
+) -> list[Replayed]:
     """Enqueue dead letters again under their own job ids, and remove the replayed ones.
 
-    A letter whose job cannot be decoded or whose task is unknown here stays put.
+    Jobs go through :meth:`App.enqueue_many`, so to the app's backend. A letter stays put
+    (outcome ``bad``) when its job cannot be decoded, its task is unknown here, or its
+    queue or level is not one this app's workers read; ``taken`` when a job with its id
+    is queued or running.
+
+    Args:
+        app: the app whose tasks, queues and levels the jobs must fit.
+        letters: the dead letters to replay.
+        level: put every replayed job on this level instead of its own (e.g. for letters
+            of a level the app no longer declares).
+        queue: put every replayed job on this queue instead of its own (e.g. for a task
+            that moved to another queue).
+
+    Raises:
+        ConfigError: ``level`` is not declared by the app, or ``queue`` is not one of
+            ``app.queues`` (nothing is replayed).
+        ConnectionFailed: Redis cannot be reached.
     """
+    if level is not None:
+        app.levels.index(level)
+    if queue is not None and queue not in app.queues:
+        raise ConfigError(_unserved(app, queue))
     client, _ = app.sync_connection()
     results = []
     for letter in letters:
         try:
-            job = codec.decode(letter.job)
-        except SerializationError as e:
-            results.append(Replayed(letter.id, letter.job_id, "bad", str(e)))
+            fresh = _fresh_job(app, letter, level, queue)
+        except _Refused as e:
+            results.append(Replayed(letter.id, e.job_id, "bad", e.detail))
             continue
-        if job.task not in app.tasks:
-            results.append(Replayed(letter.id, job.id, "bad", f"unknown task {job.task!r}"))
-            continue
-        fresh = codec.Job(
-            id=job.id, task=job.task, queue=job.queue, level=job.level,
-            args=job.args, kwargs=job.kwargs, attempt=1, enqueued=time.time(),
-        )  # fmt: skip
         created = app.enqueue_many([Message(fresh)])[0].created
         if not created:
-            results.append(Replayed(letter.id, job.id, "taken", "a job with this id is queued"))
+            results.append(Replayed(letter.id, fresh.id, "taken", "a job with this id is queued"))
             continue
         with translated(app.redis_url):
             client.xdel(app.keys.dead(), letter.id)
-        results.append(Replayed(letter.id, job.id, "enqueued"))
+        results.append(Replayed(letter.id, fresh.id, "enqueued"))
     return results
 
 
-def purge(app: App) -> int:
-    """Delete every dead letter; returns how many there were."""
-    client, _ = app.sync_connection()
+def trim_args(app: App) -> list[int]:
+    """ARGV of the scripts that trim the dead-letter stream (pure).
+
+    Returns:
+        ``[max entries, max age in ms]`` from the app's ``dead_letter_max_len`` and
+        ``dead_letter_max_age``; 0 means no limit.
+    """
+    return [app.dead_letter_max_len, app.dead_letter_max_age_ms]
+
+
+def trim(app: App) -> int:
+    """Trim the dead letters to the app's ``dead_letter_max_len`` and ``dead_letter_max_age``.
+
+    Trimming is approximate, as when letters are added: whole stream nodes go, so up to a
+    node's worth (100 by default) past a limit may stay. Ages follow the server's clock.
+    Each script call removes a bounded amount, so a large backlog is worked off in several
+    calls without blocking Redis.
+
+    Returns:
+        How many dead letters were removed.
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    call = ScriptCall("dlq_trim", [app.keys.dead()], trim_args(app))
+    _, scripts = app.sync_connection()
+    total = 0
     with translated(app.redis_url):
-        count = int(client.xlen(app.keys.dead()))
-        client.delete(app.keys.dead())
-    return count
+        while removed := int(scripts.run_all([call])[0]):
+            total += removed
+    return total
+
+
+# Entries one purge call deletes: milliseconds of work, so other clients barely wait.
+PURGE_CHUNK = 1000
+
+
+def purge(app: App) -> int:
+    """Delete every dead letter there is when the purge starts.
+
+    Deletes in chunks of the oldest :data:`PURGE_CHUNK` letters, each one atomic script
+    call, never one DEL that blocks Redis on a huge stream. Letters dead-lettered while it
+    runs stay.
+
+    Returns:
+        How many dead letters were deleted.
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    client, scripts = app.sync_connection()
+    dead = app.keys.dead()
+    total = 0
+    with translated(app.redis_url):
+        newest: list[Any] = client.xrevrange(dead, count=1) or []
+        if not newest:
+            return 0
+        call = ScriptCall("dlq_purge", [dead], [PURGE_CHUNK, text(newest[0][0])])
+        while True:
+            deleted = int(scripts.run_all([call])[0])
+            total += deleted
+            if deleted < PURGE_CHUNK:
+                return total
 
 
 def count_dead(app: App) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import statistics
 import time
 import uuid
@@ -33,7 +34,7 @@ from rich.table import Table
 
 from lockgate.app import App
 from lockgate.broker import masked
-from lockgate.config import Backend, PolicyName, WorkerConfig
+from lockgate.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
 from lockgate.context import current_job
 from lockgate.embedded import redis_url_or_embedded
 from lockgate.worker import Worker
@@ -189,11 +190,19 @@ def report(runs: list[Run], levels: list[str], weights: dict[str, int]) -> Table
 
 
 def run_demo(url: str | None) -> None:
-    """Play every run and print the table (an embedded server when ``url`` is None)."""
+    """Play every run and print the table.
+
+    Args:
+        url: the Redis to play on; None uses ``$LOCKGATE_REDIS_URL``, else an embedded
+            server started for the demo.
+    """
     console = Console()
     logging.getLogger("lockgate").setLevel(logging.WARNING)  # keep the progress bars readable
-    with redis_url_or_embedded(url) as server_url:
-        where = masked(server_url) if url else f"an embedded server ({server_url})"
+    # Resolved here, not only inside redis_url_or_embedded: the banner must name an
+    # external server (set by the environment) as such, and never print its password.
+    external = url or os.environ.get(REDIS_URL_ENV)
+    with redis_url_or_embedded(external) as server_url:
+        where = masked(server_url) if external else f"an embedded server ({server_url})"
         console.print(f"lockgate demo on {where}")
         runs = []
         columns = (TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(),

@@ -4,8 +4,10 @@
 LockgateError
 ├── ConfigError            bad levels, unknown priority, duplicate task, bad option value
 ├── BrokerError            anything the Redis side refused
-│   ├── ConnectionFailed   the server at a URL could not be reached
-│   └── ScriptError        a Lua script failed
+│   ├── ConnectionFailed   the server at a URL could not be reached        (transient)
+│   ├── ServerBusy         BUSY, LOADING, OOM, READONLY, failover, ...     (transient)
+│   ├── ScriptError        a Lua script failed (NOSCRIPT: reload and retry)
+│   └── AccessDenied       NOPERM, WRONGPASS, unknown command; also a ConfigError (fatal)
 ├── SerializationError     a payload cannot be encoded or decoded
 ├── TaskNotFound           a message names a task this app does not know
 ├── InvalidArguments       arguments that do not fit the task (also a TypeError)
@@ -52,6 +54,16 @@ class ConnectionFailed(BrokerError):
 
 class ScriptError(BrokerError):
     """A lockgate Lua script failed on the server."""
+
+
+class ServerBusy(BrokerError):
+    """The server refused for now (busy script, loading, out of memory, read-only replica,
+    failover or resharding under way): back off and try again."""
+
+
+class AccessDenied(BrokerError, ConfigError):
+    """The server refuses this client for good (wrong password, missing ACL permission, a
+    command it does not know): a configuration error, retrying cannot help."""
 
 
 class SerializationError(LockgateError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterable
@@ -92,6 +93,16 @@ class LeaseKeeper:
         with self._lock:
             self._claims.pop(claim.token, None)
 
+    def _after_fork_in_child(self) -> None:
+        """Start afresh in a forked child (called by the App's at-fork hook)."""
+        # Another parent thread may have held the lock or the event's; the parent's
+        # claims are the parent's to renew; the parent's thread does not exist here.
+        self._claims = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._interval = DEFAULT_LEASE / 3
+
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -135,6 +146,9 @@ class Claim:
             claim row is then inserted in its current transaction, and PostgreSQL is the
             source of truth.
         step: the step name when this claim guards one step of a job.
+        legacy_key: an older name of the same claim (lockgate 0.1 keyed the claims of
+            ``idempotent=True`` tasks by job id alone): its done marker or live claim is
+            honoured, so an upgrade never runs a finished job again.
 
     Raises (on entry):
         AlreadyProcessed: the key is done (``StepDone`` for a step).
@@ -152,6 +166,7 @@ class Claim:
         lease: float | timedelta = DEFAULT_LEASE,
         conn: Any = None,
         step: str | None = None,
+        legacy_key: str | None = None,
     ) -> None:
         self.key = check_key(key)
         self.ttl = seconds(ttl, f"ttl for {key!r}")
@@ -166,6 +181,12 @@ class Claim:
         self.token = uuid.uuid4().hex
         self.lost = False
         self._redis_key = app.keys.claim(key)
+        self._legacy_key = app.keys.claim(legacy_key) if legacy_key is not None else None
+
+    @property
+    def redis_key(self) -> str:
+        """The Redis key holding the claim or done marker."""
+        return self._redis_key
 
     def settle_call(self, action: str, duration: float) -> ScriptCall:
         """The script call that finishes ('done', 'release') or renews this claim."""
@@ -173,7 +194,10 @@ class Claim:
         return ScriptCall("idem_settle", [self._redis_key], [self.token, action, ms])
 
     def _claim_call(self) -> ScriptCall:
-        return ScriptCall("idem_claim", [self._redis_key], [self.token, round(self.lease * 1000)])
+        keys = [self._redis_key]
+        if self._legacy_key is not None:
+            keys.append(self._legacy_key)
+        return ScriptCall("idem_claim", keys, [self.token, round(self.lease * 1000)])
 
     def _guard(self) -> None:
         job = running_job()
@@ -251,6 +275,10 @@ class Claim:
         if not kept:
             log.error("claim on %s was taken over before %s: another worker may have run it",
                       self.key, action)  # fmt: skip
+        elif action == "done":
+            job = running_job()
+            if job is not None:  # a retry of this job must start before this marker expires
+                job.done_markers.append(time.time() + self.ttl)
 
     # async
 

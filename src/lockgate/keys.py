@@ -37,6 +37,19 @@ class Keys:
         """An idempotency claim or done marker."""
         return f"{self.prefix}:idem:{key}"
 
+    def job_claim(self, task: str, job_id: str) -> str:
+        """The claim of an ``idempotent=True`` task's job: one per task and job id."""
+        return self.claim(f"job:{task}:{job_id}")
+
+    def legacy_job_claim(self, job_id: str) -> str:
+        """The job claim written by lockgate 0.1, keyed by job id alone (still honoured)."""
+        return self.claim(f"job:{job_id}")
+
+    def wake(self) -> str:
+        """A short stream XADDed when a delayed job or retry is scheduled: idle workers block
+        on it with their job streams, so they wake to re-read the next due time."""
+        return f"{self.prefix}:wake"
+
     def counter(self, name: str) -> str:
         """A counter kept by ``App.incr_once``."""
         return f"{self.prefix}:counter:{name}"
@@ -85,9 +98,15 @@ class Keys:
         """Sorted backend: hash of job id -> how many times it was taken."""
         return f"{self.prefix}:sorted:{queue}:deliveries"
 
-    def sorted_wakeup(self, queue: str) -> str:
-        """Sorted backend: short list pushed on enqueue; idle workers block on it."""
-        return f"{self.prefix}:sorted:{queue}:wakeup"
+    def sorted_wake(self, queue: str) -> str:
+        """Sorted backend: short stream XADDed on enqueue and retry; idle workers block on
+        it with XREAD, so every one of them wakes (lockgate 0.1 used a list, ``wakeup``,
+        which BLPOP hands to one waiter only)."""
+        return f"{self.prefix}:sorted:{queue}:wake"
+
+    def sorted_owners(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> owner token of the take that may settle it."""
+        return f"{self.prefix}:sorted:{queue}:owners"
 
     def sorted_keys(self, queue: str) -> SortedKeys:
         """All keys of one sorted-backend queue."""
@@ -97,9 +116,10 @@ class Keys:
             payloads=self.sorted_payloads(queue),
             ranks=self.sorted_ranks(queue),
             clock=self.sorted_clock(queue),
-            wakeup=self.sorted_wakeup(queue),
+            wake=self.sorted_wake(queue),
             delayed=self.sorted_delayed(queue),
             deliveries=self.sorted_deliveries(queue),
+            owners=self.sorted_owners(queue),
         )
 
 
@@ -112,6 +132,7 @@ class SortedKeys:
     payloads: str
     ranks: str
     clock: str
-    wakeup: str
+    wake: str
     delayed: str
     deliveries: str
+    owners: str

@@ -1,4 +1,4 @@
-"""Failure decisions: retry with backoff, or dead-letter. Pure, no I/O.
+"""Retry policy: how often and after how long a failed job runs again. Pure, no I/O.
 
 Backoff is exponential with full jitter (a uniformly random delay between zero and the
 exponential ceiling), which spreads retries of jobs that failed together instead of
@@ -11,10 +11,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, cast
+from typing import cast
 
 from lockgate.config import seconds
-from lockgate.errors import AlreadyProcessed, ConfigError, RetryableError, StepDone
+from lockgate.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,46 +78,3 @@ class RetryPolicy:
     def window(self) -> float:
         """Longest span of retry delays (for idempotency TTL checks)."""
         return self.backoff.window(self.retries)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What to do with a finished run."""
-
-    action: Literal["ack", "retry", "dead"]
-    delay: float = 0.0
-    reason: str = ""
-
-
-ACK = Outcome("ack")
-
-
-def decide(
-    error: BaseException | None,
-    attempt: int,
-    policy: RetryPolicy,
-    uniform: Callable[[], float] = random.random,
-) -> Outcome:
-    """Decide the fate of a run that ended with ``error`` (None: success)."""
-    if error is None:
-        return ACK
-    if isinstance(error, StepDone):
-        # A finished step raises on entry; left uncaught, it would end the job early and
-        # silently skip the steps after it. Stop loudly instead (replayable once fixed).
-        return Outcome(
-            "dead",
-            reason=f"{error} and the AlreadyProcessed escaped the task, so later steps did "
-            "not run: write 'with contextlib.suppress(AlreadyProcessed), job.step(...):'",
-        )
-    if isinstance(error, AlreadyProcessed):
-        return ACK  # a duplicate of work already done: acknowledge, do not retry
-    retryable = isinstance(error, RetryableError | TimeoutError) or (
-        bool(policy.retry_on) and isinstance(error, policy.retry_on)
-    )
-    if not retryable:
-        return Outcome("dead", reason="failed")
-    if attempt > policy.retries:
-        return Outcome("dead", reason="retries exhausted")
-    explicit = error.delay if isinstance(error, RetryableError) else None
-    delay = explicit if explicit is not None else policy.backoff.delay(attempt, uniform)
-    return Outcome("retry", delay=delay)

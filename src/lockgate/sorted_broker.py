@@ -4,17 +4,20 @@ A job's rank is its server-side enqueue stamp minus its level's head start, lowe
 FIFO within a level, and a low job that has waited long enough overtakes newer critical
 ones (aging). Taking a job moves it atomically to an in-flight set scored by its lease
 deadline; a heartbeat extends the lease while it runs; an expired lease (its worker died)
-puts it back at its original rank. Idle workers block on a short wake-up list pushed on
-every enqueue, and otherwise wake only when the earliest lease is due: no busy polling.
+puts it back at its original rank. Idle workers block with XREAD on a short wake stream
+XADDed on every enqueue and retry (every idle worker wakes, where a BLPOP list would wake
+one per push), and otherwise wake only when the earliest lease is due: no busy polling.
+Each take records an owner token; only that take may settle or extend the job.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
 from lockgate.broker import (
@@ -22,12 +25,12 @@ from lockgate.broker import (
     EnqueuePlan,
     Outgoing,
     ReadResult,
+    Settlement,
     batches,
     by_source,
     text,
     translated,
 )
-from lockgate.codec import Job
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
 from lockgate.keys import Keys
@@ -55,7 +58,7 @@ class SortedProducer:
         for queue, members in by_queue.items():
             q = self._keys.sorted_keys(queue)
             for batch in batches(len(members)):
-                script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup, q.delayed]
+                script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed]
                 args: list[str | bytes | int] = []
                 for i in batch:
                     outgoing = jobs[members[i]]
@@ -80,6 +83,7 @@ class SortedConsumer:
         queues: Sequence[str],
         lease_seconds: float,
         producer: SortedProducer,
+        consumer: str,
     ) -> None:
         self._client = client
         self._scripts = AsyncScripts(client)
@@ -90,6 +94,8 @@ class SortedConsumer:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._turn = 0
         self._producer = producer
+        self._consumer = consumer
+        self._wake_ids: dict[KeyT, StreamIdT] = {}
 
     async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
         shift = self._turn % len(self._queues)
@@ -100,21 +106,22 @@ class SortedConsumer:
             q = self._keys.sorted_keys(queue)
             call = ScriptCall(
                 "take_sorted",
-                [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries],
-                [free - len(result.deliveries), self._lease_ms],
-            )
+                [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
+                 q.owners, q.wake],
+                [free - len(result.deliveries), self._lease_ms, self._consumer],
+            )  # fmt: skip
             with translated(self._url):
-                taken, _returned, next_ms = await self._scripts.run(call)
+                taken, _returned, next_ms, wake_id = await self._scripts.run(call)
+            self._wake_ids[q.wake] = text(wake_id)
             if next_ms >= 0:
                 due = next_ms / 1000
                 result.next_due = due if result.next_due is None else min(result.next_due, due)
-            for i in range(0, len(taken), 3):
+            for i in range(0, len(taken), 4):
                 delivery = self._delivery(queue, text(taken[i]), taken[i + 1])
                 delivery.deliveries = int(taken[i + 2])
+                delivery.owner = text(taken[i + 3])
                 result.deliveries.append(delivery)
                 result.taken[delivery.level] += 1
-            if any(d.deliveries > 1 for d in result.deliveries):
-                break  # a job taken before runs alone: take nothing more now
         return result
 
     def _delivery(self, queue: str, job_id: str, data: bytes | None) -> Delivery:
@@ -128,47 +135,35 @@ class SortedConsumer:
         return Delivery(queue, level, queue, job_id, job, None, job_id, data)
 
     async def wait_for_work(self, timeout: float) -> None:
-        wakeups = [self._keys.sorted_wakeup(queue) for queue in self._queues]
+        if not self._wake_ids:
+            return
         with translated(self._url):
-            # BLPOP's timeout is in seconds and accepts fractions since Redis 6.0.
-            await self._client.blpop(wakeups, timeout=max(0.01, timeout))
+            await self._client.xread(
+                dict(self._wake_ids), count=1, block=max(1, int(timeout * 1000))
+            )
 
-    async def ack(
-        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
-    ) -> list[Any]:
-        calls = []
-        for queue, group in by_source(deliveries).items():
-            job_ids = [d.ref for d in group]
-            q = self._keys.sorted_keys(queue)
-            markers = [self._keys.job(job_id) for job_id in job_ids]
-            keys = [q.inflight, q.payloads, q.ranks, q.deliveries, *markers]
-            calls.append(ScriptCall("ack_sorted", keys, job_ids))
-        with translated(self._url):
-            replies = await self._scripts.run_all([*before, *calls])
-        return replies[: len(before)]
-
-    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
+    def settle_call(self, settlement: Settlement) -> ScriptCall:
+        delivery, outcome = settlement.delivery, settlement.outcome
         q = self._keys.sorted_keys(delivery.queue)
-        delay_ms = max(0, round(delay * 1000))
+        keys = [
+            q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
+            self._keys.dead(), q.wake, self._keys.job(delivery.ref),
+        ]  # fmt: skip
+        if settlement.claim_key is not None:
+            keys.append(settlement.claim_key)
+        following = outcome.next_job
         args: list[Arg] = [
-            delivery.ref,
-            codec.encode(job),
-            delay_ms,
-            self._producer.boost(job.level),
-        ]
-        keys = [q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries]
-        with translated(self._url):
-            return bool(await self._scripts.run(ScriptCall("retry_sorted", keys, args)))
+            delivery.ref, delivery.owner, outcome.kind, *settlement.claim_args(),
+            codec.encode(following) if following is not None else b"",
+            max(0, round(outcome.delay * 1000)),
+            self._producer.boost(following.level) if following is not None else 0,
+            *settlement.dead_args(),
+        ]  # fmt: skip
+        return ScriptCall("settle_sorted", keys, args)
 
-    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
-        q = self._keys.sorted_keys(delivery.queue)
-        keys = [q.inflight, q.payloads, q.ranks, q.deliveries, self._keys.dead()]
-        keys.append(self._keys.job(delivery.ref))
-        args: list[str | bytes] = [delivery.ref]
-        for name, value in record.items():
-            args += [name, value]
+    async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
         with translated(self._url):
-            return bool(await self._scripts.run(ScriptCall("dead_letter_sorted", keys, args)) != 0)
+            return await self._scripts.run_each(calls)
 
     async def reclaim(self, min_idle: float) -> Delivery | None:
         return None  # expired leases come back through read()
@@ -177,14 +172,13 @@ class SortedConsumer:
         return 0  # no consumer registry on this backend
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
-        calls = [
-            ScriptCall(
-                "extend_sorted",
-                [self._keys.sorted_inflight(queue)],
-                [self._lease_ms, *[d.ref for d in group]],
-            )
-            for queue, group in by_source(deliveries).items()
-        ]
+        calls = []
+        for queue, group in by_source(deliveries).items():
+            q = self._keys.sorted_keys(queue)
+            args: list[Arg] = [self._lease_ms]
+            for delivery in group:
+                args += [delivery.ref, delivery.owner]
+            calls.append(ScriptCall("extend_sorted", [q.inflight, q.owners], args))
         if calls:
             with translated(self._url):
                 await self._scripts.run_all(calls)

@@ -9,7 +9,7 @@ read saw, so a job that arrives while it waits wakes it at once and none is miss
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,6 +21,7 @@ from lockgate.broker import (
     EnqueuePlan,
     Outgoing,
     ReadResult,
+    Settlement,
     batches,
     by_source,
     text,
@@ -57,6 +58,7 @@ class StreamProducer:
                     )
                 script_keys += [self._keys.job(job.id), *place]
                 args += [jobs[i].data, jobs[i].delay_ms]
+            script_keys.append(self._keys.wake())
             calls.append(ScriptCall("enqueue_stream", script_keys, args))
             positions.append(list(batch))
         return EnqueuePlan(calls, positions)
@@ -127,7 +129,7 @@ class StreamConsumer:
         delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]
         args: list[str | int] = [GROUP, self._consumer, free, len(quotas), *quotas]
         args += [index + 1 for _, _, index in layout]
-        call = ScriptCall("read_stream", streams + delayed, args)
+        call = ScriptCall("read_stream", [*streams, *delayed, self._keys.wake()], args)
         with translated(self._url):
             dry_flags, entries, last_ids, next_due = await self._scripts.run(call)
         levels = len(self._levels.names)
@@ -140,7 +142,8 @@ class StreamConsumer:
             result.deliveries.append(delivery)
             result.taken[delivery.level] += 1
         self._last_ids = {
-            stream: text(last) for stream, last in zip(streams, last_ids, strict=False)
+            stream: text(last)
+            for stream, last in zip([*streams, self._keys.wake()], last_ids, strict=False)
         }
         return result
 
@@ -155,38 +158,27 @@ class StreamConsumer:
     def _marker(self, delivery: Delivery) -> str:
         return self._keys.job(delivery.job.id if delivery.job else delivery.job_id)
 
-    async def ack(
-        self, deliveries: Sequence[Delivery], before: Sequence[ScriptCall] = ()
-    ) -> list[Any]:
-        calls = [
-            ScriptCall(
-                "ack_stream",
-                [stream] + [self._marker(d) for d in group],
-                [GROUP] + [d.ref for d in group],
-            )
-            for stream, group in by_source(deliveries).items()
-        ]
-        with translated(self._url):
-            replies = await self._scripts.run_all([*before, *calls])
-        return replies[: len(before)]
-
-    async def retry(self, delivery: Delivery, job: Job, delay: float) -> bool:
+    def settle_call(self, settlement: Settlement) -> ScriptCall:
+        delivery, outcome = settlement.delivery, settlement.outcome
         queue, level = self._places[delivery.source]
-        delayed = self._keys.delayed(queue, self._levels.names[level])
-        args: list[Arg] = [GROUP, delivery.ref, codec.encode(job), max(0, round(delay * 1000))]
-        call = ScriptCall("retry_stream", [delivery.source, delayed], args)
-        with translated(self._url):
-            return bool(await self._scripts.run(call))
+        keys = [
+            delivery.source, self._marker(delivery),
+            self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
+            self._keys.wake(),
+        ]  # fmt: skip
+        if settlement.claim_key is not None:
+            keys.append(settlement.claim_key)
+        following = outcome.next_job
+        args: list[Arg] = [
+            GROUP, self._consumer, delivery.ref, outcome.kind, *settlement.claim_args(),
+            codec.encode(following) if following is not None else b"",
+            max(0, round(outcome.delay * 1000)), *settlement.dead_args(),
+        ]  # fmt: skip
+        return ScriptCall("settle_stream", keys, args)
 
-    async def dead_letter(self, delivery: Delivery, record: Mapping[str, str | bytes]) -> bool:
-        keys = [delivery.source, self._keys.dead()]
-        if delivery.job is not None:
-            keys.append(self._marker(delivery))
-        args: list[str | bytes] = [GROUP, delivery.ref]
-        for name, value in record.items():
-            args += [name, value]
+    async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
         with translated(self._url):
-            return bool(await self._scripts.run(ScriptCall("dead_letter_stream", keys, args)) != 0)
+            return await self._scripts.run_each(calls)
 
     async def reclaim(self, min_idle: float) -> Delivery | None:
         # Rotate the order so a stream with a steady trickle cannot hide another's.

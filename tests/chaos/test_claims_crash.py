@@ -28,6 +28,8 @@ from lockgate.embedded import EmbeddedServer
 from lockgate.keys import GROUP
 from lockgate.postgres import TABLE, init_schema, is_claimed
 
+pytestmark = pytest.mark.chaos
+
 HERE = Path(__file__).parent
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 
@@ -90,7 +92,7 @@ def test_an_idempotent_job_whose_worker_was_killed_runs_again_and_completes_once
 
     message = complete_order.message("A1", job_id="order-A1")
     app.enqueue_many([message])
-    claim_key = app.keys.claim("job:order-A1")
+    claim_key = app.keys.claim("job:complete_order:order-A1")
 
     first = worker(spawn)
     wait_until_sync(

@@ -6,6 +6,7 @@ never acknowledges it, as a worker killed mid-job would.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -41,11 +42,13 @@ async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
     make_app: Callable[..., App], rclient: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app()
-    runs: list[tuple[str, int]] = []
+    runs_key = f"{app.keys.prefix}:test:runs"
 
     @app.task
     def charge(order_id: str) -> None:
-        runs.append((current_job().job_id, current_job().attempt))
+        # A reclaimed job runs in a child process: record outside the worker's memory.
+        job = current_job()
+        app.client().rpush(runs_key, f"{job.job_id}:{job.attempt}:{os.getpid()}")
 
     charge.enqueue("A1", job_id="orphan")
     stream = app.keys.stream("default", "normal")
@@ -54,7 +57,9 @@ async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
     worker = worker_for(app, concurrency=2, visibility_timeout=0.3)
     async with running(worker):
         await wait_until(lambda: worker.processed == 1, message="the orphan was reclaimed")
-    assert runs == [("orphan", 1)]
+    ((job_id, attempt, pid),) = [r.decode().split(":") for r in rclient.lrange(runs_key, 0, -1)]
+    assert (job_id, attempt) == ("orphan", "1")
+    assert int(pid) != os.getpid()  # isolated: a poison job would kill only its child
     assert "orphan reclaimed" in caplog.text
     assert rclient.xpending(stream, GROUP)["pending"] == 0
     assert rclient.xlen(stream) == 0

@@ -22,23 +22,21 @@ from redis.commands.core import AsyncScript, Script
 ScriptName = Literal[
     "enqueue_stream",
     "read_stream",
-    "ack_stream",
     "enqueue_sorted",
     "take_sorted",
-    "ack_sorted",
     "extend_sorted",
-    "retry_stream",
-    "dead_letter_stream",
     "reclaim_stream",
     "heartbeat_stream",
     "forget_consumers",
-    "retry_sorted",
-    "dead_letter_sorted",
+    "dlq_purge",
+    "dlq_trim",
     "idem_claim",
     "idem_settle",
     "incr_once",
     "stats_stream",
     "stats_sorted",
+    "settle_stream",
+    "settle_sorted",
 ]
 Arg = str | bytes | int | float
 
@@ -86,6 +84,18 @@ class AsyncScripts:
                 )
             return list(await pipe.execute())
 
+    async def run_each(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run calls in one pipelined round trip; a call's error is returned in its place.
+
+        A lost connection still raises: then nothing, or only part, was applied.
+        """
+        async with self._client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                await self._get(call.script)(
+                    keys=list(call.keys), args=list(call.args), client=pipe
+                )
+            return list(await pipe.execute(raise_on_error=False))
+
 
 class SyncScripts:
     """Scripts registered on one sync client: the producers' facade for Django and Flask."""
@@ -109,3 +119,10 @@ class SyncScripts:
             for call in calls:
                 self._get(call.script)(keys=list(call.keys), args=list(call.args), client=pipe)
             return list(pipe.execute())
+
+    def run_each(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Sync :meth:`AsyncScripts.run_each`."""
+        with self._client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                self._get(call.script)(keys=list(call.keys), args=list(call.args), client=pipe)
+            return list(pipe.execute(raise_on_error=False))

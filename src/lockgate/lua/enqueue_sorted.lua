@@ -1,9 +1,10 @@
 -- enqueue_sorted.lua: add jobs to one sorted-backend queue unless their id is taken.
--- KEYS: waiting, payloads, ranks, clock, wakeup, delayed, then one job marker per job
+-- KEYS: waiting, payloads, ranks, clock, wake (a stream), delayed, then one job marker per job
 -- ARGV: per job, four values: job id, boost (us of head start for its level), encoded job,
 --       delay in ms (0: now)
 -- Touches: markers (SET NX), waiting or delayed (ZADD), payloads and ranks (HSET), clock
---          (SET), wakeup (LPUSH + LTRIM to 64: a short signal list idle workers block on).
+--          (SET), wake (XADD MAXLEN 16: every idle worker blocks on it with XREAD, so one
+--          enqueue wakes them all, not one per call as a BLPOP list would).
 -- Stamps come from the server clock and strictly increase per queue, so jobs of one level
 -- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first;
 -- a delayed job's stamp is its due time, and it waits in delayed until then.
@@ -37,7 +38,6 @@ for i = 7, #KEYS do
 end
 if added > 0 then
   redis.call('SET', KEYS[4], string.format('%.0f', stamp - 1))
-  redis.call('LPUSH', KEYS[5], 1)
-  redis.call('LTRIM', KEYS[5], 0, 63)
+  redis.call('XADD', KEYS[5], 'MAXLEN', '16', '*', 'n', added)
 end
 return out

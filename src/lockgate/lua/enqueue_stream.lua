@@ -1,12 +1,15 @@
 -- enqueue_stream.lua: add jobs to their streams, or to their streams' delayed sets, unless
 -- their job id is already queued, delayed or running.
--- KEYS: for job i, KEYS[3i-2] = job marker, KEYS[3i-1] = its stream, KEYS[3i] = its delayed set
+-- KEYS: for job i, KEYS[3i-2] = job marker, KEYS[3i-1] = its stream, KEYS[3i] = its delayed
+--       set; last, the namespace's wake stream
 -- ARGV: for job i, ARGV[2i-1] = encoded job, ARGV[2i] = delay in ms (0: now)
 -- Touches: markers (SET), streams (XADD, field "job"), delayed sets (ZADD, scored by the
---          server's clock + delay); nothing is trimmed.
+--          server's clock + delay) and then one XADD to the wake stream (MAXLEN 16) so idle
+--          workers learn the new due time; nothing else is trimmed.
 -- Returns: for job i, its stream entry id, 'delayed', or 0 when the id was taken.
 local out = {}
 local now
+local wake = KEYS[#KEYS]
 for i = 1, #ARGV / 2 do
   local marker, stream, delayed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local job, delay = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
@@ -26,4 +29,5 @@ for i = 1, #ARGV / 2 do
     out[i] = id
   end
 end
+if now then redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', '1') end
 return out

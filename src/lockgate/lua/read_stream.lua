@@ -1,21 +1,25 @@
 -- read_stream.lua: one read for a worker with free slots, following a policy's plan.
--- KEYS: the n streams to serve, highest level first, then their n delayed sets, same order
+-- KEYS: the n streams to serve, highest level first, then their n delayed sets, same order,
+--       then the namespace's wake stream (XADDed when a delayed job or retry is scheduled)
 -- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
 --       level index (1-based) of each stream (n values)
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
---          decides; atomic, so any number of workers may do it at once); then XREADGROUP on
+--          decides; atomic, so any number of workers may do it at once; under maxmemory
+--          the move is skipped, the jobs stay delayed, and the read goes on: draining
+--          frees memory); then XREADGROUP on
 --          the streams (creating the group at id 0 when missing, so jobs enqueued before any
 --          worker started are delivered); XINFO when nothing was read.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
 -- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
 --          than asked; entries = flat {key index, entry id, fields} triples; last_ids = each
---          stream's last generated id when nothing was read (for a blocking XREAD wake-up),
---          else {}; next_due_ms = ms until the next delayed job is due, -1 when none.
+--          stream's last generated id when nothing was read (for a blocking XREAD wake-up;
+--          the wake stream's last, '0-0' while it does not exist), else {}; next_due_ms = ms until the next delayed job is due, -1 when none.
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
-local n = #KEYS / 2
+local n = (#KEYS - 1) / 2
+local wake = KEYS[#KEYS]
 local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
 
@@ -25,10 +29,13 @@ local next_due = -1
 for k = 1, n do
   local delayed = KEYS[n + k]
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
+  local moved = {}
   for _, job in ipairs(due) do
-    redis.call('XADD', KEYS[k], '*', 'job', job)
+    local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
+    if type(added) == 'table' and added.err then break end
+    moved[#moved + 1] = job
   end
-  if #due > 0 then redis.call('ZREM', delayed, unpack(due)) end
+  if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if #first == 2 then
     local wait = math.max(0, tonumber(first[2]) - now)
@@ -87,6 +94,13 @@ if #entries == 0 then
     local info = redis.call('XINFO', 'STREAM', KEYS[k])
     for i = 1, #info, 2 do
       if info[i] == 'last-generated-id' then last_ids[k] = info[i + 1] end
+    end
+  end
+  last_ids[n + 1] = '0-0'
+  if redis.call('EXISTS', wake) == 1 then
+    local info = redis.call('XINFO', 'STREAM', wake)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last_ids[n + 1] = info[i + 1] end
     end
   end
 end

@@ -1,16 +1,18 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
--- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries
--- ARGV: limit (free slots), lease in ms
+-- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream)
+-- ARGV: limit (free slots), lease in ms, consumer name
 -- Touches: moves due delayed jobs to waiting, and jobs whose lease expired (a dead
 --          worker's) from inflight back to waiting, both at their stored rank; then moves
---          up to limit jobs from waiting to inflight, scored by their lease deadline, and
---          counts each delivery. Nothing is popped without a home: unlike ZPOPMAX alone, a
---          worker that dies after taking a job loses nothing. A job taken before (count > 1)
---          ends the batch, so the worker can run it alone.
--- Returns: {taken, returned, next_ms}: taken = flat {job id, payload or false, deliveries};
---          returned = expired leases put back; next_ms = ms until the earliest lease ends or
---          delayed job is due (-1 when none).
-local limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+--          up to limit jobs from waiting to inflight, scored by their lease deadline, counts
+--          each delivery and records the take's owner token (consumer, delivery count,
+--          server time) in owners: only that take may settle or extend the job. Nothing is
+--          popped without a home: unlike ZPOPMAX alone, a worker that dies after taking a
+--          job loses nothing.
+-- Returns: {taken, returned, next_ms, wake_id}: taken = flat {job id, payload or false,
+--          deliveries, owner token}; returned = expired leases put back; next_ms = ms until
+--          the earliest lease ends or delayed job is due (-1 when none); wake_id = the wake
+--          stream's last id ('0-0' when it does not exist), to block on from there.
+local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function requeue(from, ids)
@@ -31,10 +33,12 @@ for _ = 1, limit do
   local id = popped[1]
   redis.call('ZADD', KEYS[2], deadline, id)
   local count = redis.call('HINCRBY', KEYS[6], id, 1)
+  local owner = consumer .. ':' .. count .. ':' .. t[1] .. '.' .. t[2]
+  redis.call('HSET', KEYS[7], id, owner)
   taken[#taken + 1] = id
   taken[#taken + 1] = redis.call('HGET', KEYS[3], id)
   taken[#taken + 1] = count
-  if count > 1 then break end
+  taken[#taken + 1] = owner
 end
 local next_ms = -1
 for _, key in ipairs({KEYS[2], KEYS[5]}) do
@@ -44,4 +48,11 @@ for _, key in ipairs({KEYS[2], KEYS[5]}) do
     if next_ms < 0 or wait < next_ms then next_ms = wait end
   end
 end
-return {taken, #expired, next_ms}
+local wake_id = '0-0'
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[8])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then wake_id = info[i + 1] end
+  end
+end
+return {taken, #expired, next_ms, wake_id}

@@ -1,0 +1,78 @@
+"""Redis errors named once, at the seam: what each means and what a worker does about it.
+
+| error from the server or the socket                          | lockgate error     | fault     |
+| ------------------------------------------------------------ | ------------------ | --------- |
+| connection refused/reset/closed, socket timeout               | ConnectionFailed   | transient |
+| BUSY, LOADING, OOM, READONLY, MASTERDOWN, TRYAGAIN,           | ServerBusy         | transient |
+| CLUSTERDOWN, NOREPLICAS, NOT BUSY... (the server says "later") |                    |           |
+| NOSCRIPT (script cache flushed or a fresh server)             | ScriptError        | reload    |
+| NOPERM, WRONGPASS, NOAUTH, unknown command                    | AccessDenied       | fatal     |
+| anything else the server refused                              | BrokerError        | transient |
+
+A transient fault is retried with capped backoff and the worker stays up; ``reload`` is
+retried at once (redis-py loads a script again on its next call); a fatal one stops the
+worker with one line (exit 2 from the CLI). An unknown refusal counts as transient so that
+nothing that settles a job is ever dropped: it is logged at each retry.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import redis
+from redis.exceptions import NoPermissionError, NoScriptError
+
+from lockgate.errors import (
+    AccessDenied,
+    BrokerError,
+    ConnectionFailed,
+    LockgateError,
+    ScriptError,
+    ServerBusy,
+)
+
+Fault = Literal["transient", "reload", "fatal"]
+
+# Error codes (the reply's first word) that mean "not now": the server is alive and will
+# take the same command later. Redis documents them under each command and in
+# https://redis.io/docs/latest/develop/reference/protocol-spec/#simple-errors.
+TRANSIENT_CODES = frozenset(
+    {"BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+     "NOREPLICAS", "MISCONF", "UNBLOCKED", "NOTBUSY"}
+)  # fmt: skip
+FATAL_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
+
+
+def _code(message: str) -> str:
+    return message.split(" ", 1)[0].upper() if message else ""
+
+
+def translate(error: redis.RedisError | OSError, url: str) -> LockgateError:
+    """The lockgate error for a redis-py error (``url`` already masked)."""
+    if isinstance(error, redis.AuthenticationError | NoPermissionError):
+        return AccessDenied(f"Redis at {url} refused access: {error}")
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError | OSError):
+        message = str(error) or type(error).__name__
+        if _code(message) in FATAL_CODES:
+            return AccessDenied(f"Redis at {url} refused access: {message}")
+        return ConnectionFailed(url, message)
+    message = str(error)
+    code = _code(message)
+    if isinstance(error, redis.BusyLoadingError | redis.ReadOnlyError | redis.OutOfMemoryError):
+        return ServerBusy(message)
+    if code in TRANSIENT_CODES:
+        return ServerBusy(message)
+    if code in FATAL_CODES or "unknown command" in message.lower():
+        return AccessDenied(f"Redis at {url} refused: {message}")
+    if isinstance(error, NoScriptError) or code == "NOSCRIPT" or "script" in message.lower():
+        return ScriptError(message)
+    return BrokerError(message)
+
+
+def classify(error: BaseException) -> Fault:
+    """How a worker should treat a lockgate error raised by a Redis call."""
+    if isinstance(error, AccessDenied):
+        return "fatal"
+    if isinstance(error, ScriptError) and "NOSCRIPT" in str(error).upper():
+        return "reload"
+    return "transient"

@@ -1,0 +1,71 @@
+-- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
+-- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
+--       dead-letter stream, [5] the namespace's wake stream, [6] the job's claim (optional)
+-- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
+--       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
+--       [7] done marker TTL ms, [8] retry: next attempt (encoded job), [9] retry: delay ms,
+--       [10] dead letters kept at most (0: no limit), [11] dead letters' max age ms (0: no
+--       limit), [12..] dead: the dead letter's field/value pairs
+-- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
+--          entry; done: DEL marker; retry: ZADD delayed (due at the server's clock + delay)
+--          and XADD wake (idle workers re-read their next due time); dead: XADD dead (with
+--          MAXLEN ~ and XTRIM MINID ~), DEL marker. An entry another worker took over (this
+--          one was paused or cut off past the visibility timeout) is not touched: a zombie's
+--          settle cannot free a job that someone else is running.
+--          'abandoned' (a run cut short) touches no entry, only the claim.
+--          The claim, whatever the entry's owner: 'done' writes the done marker 'd:<token>'
+--          when the claim is still ours or gone (its lease lapsed while Redis was down: the
+--          work did happen), never over another owner's live claim; 'release' deletes it
+--          only while it is ours; 'keep' leaves it (an abandoned sync run still holds it).
+-- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
+-- memory-growing write but lets a script that already wrote finish, so ack before add.
+-- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
+local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local owned = 0
+local row = redis.call('XPENDING', stream, group, id, id, 1)
+if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
+  owned = 1
+  redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  if kind == 'retry' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', delayed, string.format('%.0f', now + tonumber(ARGV[9])), ARGV[8])
+    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[9])
+  else
+    if kind == 'dead' then
+      local fields = {}
+      for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+      local max_len, max_age = tonumber(ARGV[10]), tonumber(ARGV[11])
+      if max_len > 0 then
+        redis.call('XADD', dead, 'MAXLEN', '~', max_len, '*', unpack(fields))
+      else
+        redis.call('XADD', dead, '*', unpack(fields))
+      end
+      if max_age > 0 then
+        local t = redis.call('TIME')
+        local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age
+        redis.call('XTRIM', dead, 'MINID', '~', string.format('%.0f', oldest))
+      end
+    end
+    redis.call('DEL', marker)
+  end
+end
+local claimed = 0
+local token, action = ARGV[5], ARGV[6]
+if KEYS[6] and token ~= '' and action ~= 'keep' then
+  local current = redis.call('GET', KEYS[6])
+  if action == 'done' then
+    if current == 'd:' .. ARGV[5] then
+      claimed = 1  -- applied by an earlier try whose reply was lost
+    elseif not current or current == 'c:' .. token then
+      redis.call('SET', KEYS[6], 'd:' .. token, 'PX', ARGV[7])
+      claimed = 1
+    end
+  elseif current == 'c:' .. token then
+    redis.call('DEL', KEYS[6])
+    claimed = 1
+  end
+end
+return {owned, claimed}

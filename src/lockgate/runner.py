@@ -1,0 +1,350 @@
+"""The job runner: runs one delivery and returns how it ended. It never settles anything.
+
+A first delivery runs here: an async task on the event loop, a sync one in a thread of the
+worker's pool with the job's context copied. A delivery seen before (its worker died while
+running it) runs in a child process of its own (:mod:`lockgate.isolation`): if it is the
+poison that kills its process, only the child dies, its death is pinned on that job alone,
+and the worker goes on reading new work on its free slots.
+
+Sync runs cannot be stopped. One that outlives its timeout or a forced stop is
+*abandoned*: it keeps its claim (renewed while the process lives) and, when its thread
+ends, settles itself through the sync client, so no other worker runs the side effect
+while the first run still goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from lockgate import isolation
+from lockgate.app import App, Task
+from lockgate.broker import Delivery
+from lockgate.codec import Job
+from lockgate.config import WorkerConfig
+from lockgate.context import JobContext, set_current
+from lockgate.errors import (
+    AlreadyProcessed,
+    BrokerError,
+    ClaimBusy,
+    InvalidArguments,
+)
+from lockgate.idempotency import Claim
+from lockgate.outcome import (
+    ErrorInfo,
+    Outcome,
+    dead,
+    decide,
+    earliest,
+    markers_expired,
+    wait,
+)
+
+log = logging.getLogger(__name__)
+
+# A claim that could not be taken because Redis did not answer: look again soon.
+CLAIM_RETRY = 0.5
+
+
+@dataclass(slots=True)
+class Ending:
+    """How a run ended: the outcome, and the job claim it held (None when none)."""
+
+    delivery: Delivery
+    outcome: Outcome
+    claim: Claim | None = None
+    task: Task[Any, Any] | None = None
+
+
+class SyncRun:
+    """A sync task call in a thread, which can be told, once abandoned, how to settle."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._call = call
+        self._lock = threading.Lock()
+        self._finished = False
+        self._finisher: Callable[[BaseException | None], None] | None = None
+
+    def __call__(self) -> Any:
+        error: BaseException | None = None
+        try:
+            return self._call()
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            with self._lock:
+                self._finished = True
+                finisher = self._finisher
+            if finisher is not None:
+                try:
+                    finisher(error)
+                except Exception:  # the thread is the last owner of this job: say so
+                    log.exception("an abandoned run could not settle its job")
+
+    def abandon(self, finisher: Callable[[BaseException | None], None]) -> bool:
+        """Hand the run's end to ``finisher`` (called in its thread); False if it ended."""
+        with self._lock:
+            if self._finished:
+                return False
+            self._finisher = finisher
+            return True
+
+
+class Abandoned(Exception):
+    """A sync run was left to finish alone (its timeout passed, or a forced stop)."""
+
+
+class JobRunner:
+    """Runs deliveries of one worker.
+
+    Args:
+        app: the app whose tasks run.
+        config: the worker's configuration.
+        pool: threads for sync tasks and for waiting on child processes.
+        finish_abandoned: applies, from the run's own thread, the ending of a sync run
+            abandoned by a forced stop (the worker's sync settle path).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig,
+        pool: ThreadPoolExecutor,
+        finish_abandoned: Callable[[Ending], None],
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.pool = pool
+        self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
+        self.abandoned_threads = 0
+        self._finish_abandoned = finish_abandoned
+        self._abandoned_lock = threading.Lock()
+
+    async def run(self, delivery: Delivery) -> Ending:
+        """Run a delivery; the ending says how to settle it."""
+        job = delivery.job
+        if job is None:
+            return Ending(delivery, dead("undecodable entry"))
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            return Ending(delivery, dead(f"unknown task {job.task!r}"))
+        try:
+            args, kwargs = task.prepare(job.args, job.kwargs)
+        except InvalidArguments as e:
+            return Ending(delivery, dead("wrong arguments", e))
+        if markers_expired(job.markers_expire, time.time()):
+            return Ending(delivery, dead(
+                "the done markers of its finished steps expired before this attempt "
+                "started: it would run them again; raise the steps' ttl"
+            ), task=task)  # fmt: skip
+        context = JobContext(
+            job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
+            app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
+            markers_expire=job.markers_expire,
+        )  # fmt: skip
+        set_current(context)
+        claim: Claim | None = None
+        if task.idempotent:
+            claim, early = await self._claim(task, job)
+            if early is not None:
+                return Ending(delivery, early, task=task)
+        if delivery.deliveries > 1:
+            outcome = await self._run_isolated(task, job, args, kwargs, context, delivery)
+        else:
+            outcome = await self._run_here(task, job, args, kwargs, context, delivery, claim)
+        return Ending(delivery, outcome, claim, task)
+
+    async def _claim(self, task: Task[Any, Any], job: Job) -> tuple[Claim | None, Outcome | None]:
+        """Claim an idempotent task's job; an outcome instead when it must not run now."""
+        claim = Claim(
+            self.app, f"job:{task.name}:{job.id}", ttl=task.idempotency_ttl,
+            lease=self.config.visibility_seconds, legacy_key=f"job:{job.id}",
+        )  # fmt: skip
+        try:
+            await claim.__aenter__()
+        except AlreadyProcessed:
+            log.info("job %s (%s) already processed: acknowledged without running",
+                     job.id, job.task)  # fmt: skip
+            return None, Outcome("done", claim="keep")
+        except ClaimBusy as e:
+            # Another worker runs it right now: look again soon, spending no attempt.
+            return None, wait(job, e.delay or 0.0, str(e))
+        except BrokerError as e:
+            log.warning("job %s (%s): claim failed (%s); trying again", job.id, job.task, e)
+            return None, wait(job, CLAIM_RETRY, f"claim failed: {e}")
+        return claim, None
+
+    def _decide(
+        self, error: BaseException | None, task: Task[Any, Any], job: Job, context: JobContext
+    ) -> Outcome:
+        markers = min(context.done_markers, default=0.0)
+        return decide(
+            error, job, task.retry, now=time.time(),
+            markers_expire=earliest(job.markers_expire, markers),
+        )  # fmt: skip
+
+    async def _run_here(
+        self,
+        task: Task[Any, Any],
+        job: Job,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        context: JobContext,
+        delivery: Delivery,
+        claim: Claim | None,
+    ) -> Outcome:
+        error: BaseException | None = None
+        try:
+            if task.is_async:
+                async with asyncio.timeout(task.retry.timeout):
+                    await task.fn(*args, **kwargs)
+            else:
+                await self._run_sync(task, job, args, kwargs, context, delivery, claim)
+        except asyncio.CancelledError:
+            if task.is_async:
+                log.warning("job %s (%s) stopped before it finished; left pending",
+                            job.id, job.task)  # fmt: skip
+                return Outcome("abandoned", reason="stopped", claim="release")
+            log.warning("job %s (%s): sync run abandoned at a forced stop; it keeps its "
+                        "claim and settles itself if it ends", job.id, job.task)  # fmt: skip
+            return Outcome("abandoned", reason="forced stop", claim="keep")
+        except Abandoned as e:
+            # Timed out: the thread goes on and keeps the claim until it ends, so the
+            # retry meets ClaimBusy and waits instead of running the side effect twice.
+            outcome = self._decide(TimeoutError(str(e)), task, job, context)
+            return _keep_claim(outcome)
+        except BaseException as e:  # a task's SystemExit must not stop the worker
+            error = e
+        return self._decide(error, task, job, context)
+
+    async def _run_sync(
+        self,
+        task: Task[Any, Any],
+        job: Job,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        context: JobContext,
+        delivery: Delivery,
+        claim: Claim | None,
+    ) -> None:
+        run = SyncRun(lambda: task.fn(*args, **kwargs))
+        copied = contextvars.copy_context()
+        running = asyncio.get_running_loop().run_in_executor(self.pool, copied.run, run)
+        timeout = task.retry.timeout
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    returned = await asyncio.shield(running)
+                break
+            except TimeoutError:
+                if run.abandon(self._claim_finisher(claim, task, job)):
+                    raise Abandoned(
+                        f"task {task.name!r} ran over its timeout of {timeout:g}s"
+                    ) from None
+                deadline = None  # it ended at the timeout: take its result
+            except asyncio.CancelledError:
+                if not self.forced.is_set() and not running.done():
+                    # A graceful stop cannot interrupt a thread: wait for it, keeping the
+                    # claim and the heartbeat; a second stop abandons it.
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    continue
+                finisher = self._ending_finisher(task, job, context, delivery, claim)
+                if run.abandon(finisher):
+                    with self._abandoned_lock:
+                        self.abandoned_threads += 1
+                    raise
+        if inspect.isawaitable(returned):
+            close = getattr(returned, "close", None)
+            if close is not None:
+                close()  # a coroutine never awaited would warn later, far from here
+            raise TypeError(
+                f"task {task.name!r} is a plain function that returned an awaitable; "
+                "declare it with 'async def' so the worker awaits it"
+            )
+
+    def _claim_finisher(
+        self, claim: Claim | None, task: Task[Any, Any], job: Job
+    ) -> Callable[[BaseException | None], None]:
+        """After a timeout: when the thread ends, settle the claim alone (done/release)."""
+
+        def finish(error: BaseException | None) -> None:
+            if claim is not None:
+                claim.__exit__(type(error) if error is not None else None, error, None)
+            log.info("job %s (%s): the run abandoned at its timeout has ended", job.id, task.name)
+
+        return finish
+
+    def _ending_finisher(
+        self,
+        task: Task[Any, Any],
+        job: Job,
+        context: JobContext,
+        delivery: Delivery,
+        claim: Claim | None,
+    ) -> Callable[[BaseException | None], None]:
+        """After a forced stop: when the thread ends, settle the whole job from it."""
+
+        def finish(error: BaseException | None) -> None:
+            with self._abandoned_lock:
+                self.abandoned_threads -= 1
+            outcome = self._decide(error, task, job, context)
+            self._finish_abandoned(Ending(delivery, outcome, claim, task))
+
+        return finish
+
+    async def _run_isolated(
+        self,
+        task: Task[Any, Any],
+        job: Job,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        context: JobContext,
+        delivery: Delivery,
+    ) -> Outcome:
+        def work() -> bytes:  # runs in the child process
+            set_current(context)
+            error: BaseException | None = None
+            try:
+                if task.is_async:
+                    asyncio.run(task.fn(*args, **kwargs))
+                else:
+                    task.fn(*args, **kwargs)
+            except BaseException as e:
+                error = e
+            return msgspec.json.encode(self._decide(error, task, job, context))
+
+        log.info("job %s (%s) delivered %d times: running it in a child process",
+                 job.id, job.task, delivery.deliveries)  # fmt: skip
+        ended = await isolation.run_in_child(work, timeout=task.retry.timeout, executor=self.pool)
+        if ended.report is not None:
+            try:
+                return msgspec.json.decode(ended.report, type=Outcome)
+            except msgspec.ValidationError as e:
+                return dead("the child process sent an unreadable report", ErrorInfo.of(e))
+        if ended.timed_out:
+            return self._decide(TimeoutError(ended.reason), task, job, context)
+        reason = f"its process died ({ended.reason}) on delivery {delivery.deliveries}"
+        if delivery.deliveries >= self.config.max_deliveries:
+            return dead(f"{reason}, the last allowed (max {self.config.max_deliveries})")
+        log.error("job %s (%s): %s; left pending for another delivery", job.id, job.task, reason)
+        return Outcome("abandoned", reason=reason, claim="release")
+
+
+def _keep_claim(outcome: Outcome) -> Outcome:
+    return Outcome(
+        outcome.kind, outcome.delay, outcome.next_job, outcome.reason, outcome.error, "keep"
+    )
