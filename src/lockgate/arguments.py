@@ -50,6 +50,7 @@ NoneType = type(None)
 # become null).
 _JSON_SCALARS: frozenset[type] = frozenset({str, int, bool, NoneType, float})
 _JSON_KINDS = _JSON_SCALARS | {list, dict}
+_STR_ONLY = frozenset({str})
 # Types whose every value comes back as itself from its JSON string under an annotation
 # of exactly that type (not datetime: its zone may not survive; not in a union with
 # other types: "5" could come back as an int).
@@ -107,6 +108,9 @@ class Schema:
             _parameter(task, p, hints.get(p.name, Any)) for p in signature.parameters.values()
         )
         self._by_name = {p.name: p for p in self.parameters}
+        # Flat copies for the enqueue fast path: one set lookup per plain value.
+        self._accepts = tuple(p.accept for p in self.parameters)
+        self._accept_by_name = {p.name: p.accept for p in self.parameters}
         self._plain = _plain_parameters(signature)
         self._converts = any(p.annotation is not None for p in self.parameters)
 
@@ -129,13 +133,16 @@ class Schema:
                 ``MAX_DEPTH``, or its JSON form would arrive as another value or type.
         """
         if self._plain is not None and _fits(self._plain, args, kwargs):
-            for param, value in zip(self.parameters, args, strict=False):
-                if type(value) not in param.accept:
-                    self._check_value(param, value, None)
-            for name, value in kwargs.items():
-                param = self._by_name[name]
-                if type(value) not in param.accept:
-                    self._check_value(param, value, None)
+            # All in C for the common case; _fits made sure args are not too many.
+            if not all(map(frozenset.__contains__, self._accepts, map(type, args))):
+                for param, value in zip(self.parameters, args, strict=False):
+                    if type(value) not in param.accept:
+                        self._check_value(param, value, None)
+            if kwargs:
+                accept_by_name = self._accept_by_name
+                for name, value in kwargs.items():
+                    if type(value) not in accept_by_name[name]:
+                        self._check_value(self._by_name[name], value, None)
             return
         for name, value in self._bound(args, kwargs).arguments.items():
             param = self._by_name[name]
@@ -410,10 +417,12 @@ def _json_native(value: Any, depth: int) -> bool:
     """Whether a list or dict holds JSON types only (str keys, finite floats), as is.
 
     False for anything else, and past ``MAX_DEPTH`` (the caller's slow path says why).
+    Each level's types are collected in C (``set(map(type, ...))``); Python only steps
+    into nested lists and dicts.
     """
     kind = type(value)
     if kind is dict:
-        if not all(type(key) is str for key in value):
+        if not _STR_ONLY.issuperset(map(type, value)):
             return False
         items = list(value.values())
     elif kind is list:
@@ -423,10 +432,12 @@ def _json_native(value: Any, depth: int) -> bool:
     kinds = set(map(type, items))
     if not kinds <= _JSON_KINDS or depth > MAX_DEPTH:
         return False
-    if float in kinds and not all(isfinite(x) for x in items if type(x) is float):
+    if float in kinds and not all(map(isfinite, [x for x in items if type(x) is float])):
         return False
     if list in kinds or dict in kinds:
-        return all(_json_native(x, depth + 1) for x in items if type(x) in (list, dict))
+        for item in items:
+            if (type(item) is list or type(item) is dict) and not _json_native(item, depth + 1):
+                return False
     return True
 
 

@@ -233,7 +233,7 @@ def _dash(value: int | None) -> str:
 @url_option
 @click.pass_context
 def dlq(ctx: click.Context, app_spec: str, url: str | None) -> None:
-    """Inspect, replay and purge the dead-letter queue of MODULE:APP."""
+    """Inspect, replay, trim and purge the dead-letter queue of MODULE:APP."""
     app = load_app(app_spec)
     _use_url(app, url)
     ctx.obj = app
@@ -292,9 +292,21 @@ def dlq_show(app: App, entry_id: str) -> None:
 @click.argument("entry_id", metavar="[ID]", required=False)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
 @click.option("--task", "task_name", default=None, help="Replay the dead letters of a task.")
+@click.option("--level", default=None, help="Enqueue on this level instead of the letters' own.")
+@click.option("--queue", default=None, help="Enqueue on this queue instead of the letters' own.")
 @click.pass_obj
-def dlq_replay(app: App, entry_id: str | None, replay_all: bool, task_name: str | None) -> None:
-    """Enqueue dead letters again under their own job ids."""
+def dlq_replay(
+    app: App,
+    entry_id: str | None,
+    replay_all: bool,
+    task_name: str | None,
+    level: str | None,
+    queue: str | None,
+) -> None:
+    """Enqueue dead letters again under their own job ids.
+
+    Exits 1 when a letter was not replayed (its line says why; it stays).
+    """
     if sum((entry_id is not None, replay_all, task_name is not None)) != 1:
         raise click.UsageError("give exactly one of ID, --all or --task")
     with reported_errors():
@@ -304,18 +316,31 @@ def dlq_replay(app: App, entry_id: str | None, replay_all: bool, task_name: str 
             letters = deadletter.list_dead(app, limit=1_000_000)
             if task_name is not None:
                 letters = [letter for letter in letters if letter.task == task_name]
-        results = deadletter.replay(app, letters)
+        results = deadletter.replay(app, letters, level=level, queue=queue)
     for result in results:
         click.echo(f"{result.id} {result.job_id} {result.outcome} {result.detail}".rstrip())
     replayed = sum(result.outcome == "enqueued" for result in results)
     click.echo(f"replayed {replayed} of {len(results)}")
+    if replayed < len(results):
+        sys.exit(1)
+
+
+@dlq.command("trim")
+@click.pass_obj
+def dlq_trim(app: App) -> None:
+    """Trim dead letters to the app's max length and age."""
+    with reported_errors():
+        click.echo(f"trimmed {deadletter.trim(app)} dead letters")
 
 
 @dlq.command("purge")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def dlq_purge(app: App, yes: bool) -> None:
-    """Delete every dead letter."""
+    """Delete every dead letter.
+
+    Deletes in chunks of the oldest 1,000, so Redis is never blocked for long.
+    """
     if not yes and sys.stdin.isatty():
         click.confirm(f"delete every dead letter of {app.namespace}?", abort=True)
     with reported_errors():

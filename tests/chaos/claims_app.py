@@ -26,7 +26,8 @@ def complete_order(order_id: str) -> None:
     complete. Idempotent: a run after a completed one must never happen."""
     client = app.client()
     job_id = current_job().job_id
-    client.rpush(record_key(f"started:{job_id}"), os.getpid())
+    # A redelivered job runs in a child process of its worker: record both pids.
+    client.rpush(record_key(f"started:{job_id}"), f"{os.getpid()}:{os.getppid()}")
     if client.incr(record_key(f"runs:{job_id}")) == 1:
         threading.Event().wait()
     client.rpush(record_key("completed"), job_id)

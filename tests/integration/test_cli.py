@@ -4,9 +4,8 @@ Commands run in-process through click's CliRunner (one through the real entry po
 subprocess). The app module reads its namespace from the environment and is imported
 afresh for each test.
 
-The README writes ``lockgate dlq MODULE:APP list``; the command is implemented as
-``lockgate dlq list MODULE:APP``. The tests of what the commands do use the implemented
-order; one test holds the documented order.
+The dlq commands take the app first, as the README writes them: ``lockgate dlq MODULE:APP
+list``.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from click.testing import CliRunner, Result
 
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
+from lockgate.codec import Job, encode
 from lockgate.deadletter import list_dead
 
 HERE = Path(__file__).parent
@@ -184,6 +184,59 @@ def test_dlq_purge(cli: ModuleType, dead: dict[str, str]) -> None:
     assert "purged 3 dead letters" in result.stdout
     assert list_dead(cli.app) == []
     assert json.loads(invoke("dlq", SPEC, "list", "--json").stdout) == []
+
+
+def bury(app: App, rclient: redis.Redis, job: Job, entry_id: str = "*") -> str:
+    """Write a dead letter of ``job`` directly (as an app of another release left it)."""
+    fields = {"job_id": job.id, "task": job.task, "reason": "failed", "job": encode(job)}
+    entry: bytes = rclient.xadd(app.keys.dead(), fields, id=entry_id)
+    return entry.decode()
+
+
+def test_dlq_replay_of_an_undeclared_level_is_refused_until_another_is_named(
+    cli: ModuleType, rclient: redis.Redis
+) -> None:
+    rclient.set(cli.record_key("fixed"), 1)
+    job = Job(id="charge-U", task="charge", queue="default", level="urgent", args=["U"])
+    entry_id = bury(cli.app, rclient, job)
+
+    refused = invoke("dlq", SPEC, "replay", entry_id)
+    assert refused.exit_code == 1, refused.output
+    assert refused.stdout.splitlines() == [
+        f"{entry_id} charge-U bad level 'urgent' is not declared by this app "
+        "(declared: critical, normal, low); replay with --level LEVEL",
+        "replayed 0 of 1",
+    ]
+    assert [letter.id for letter in list_dead(cli.app)] == [entry_id]
+    assert not rclient.exists(cli.app.keys.job("charge-U"))
+
+    undeclared = invoke("dlq", SPEC, "replay", entry_id, "--level", "urgent")
+    assert undeclared.exit_code == 2
+    assert "unknown priority 'urgent'" in one_error_line(undeclared)
+    unserved = invoke("dlq", SPEC, "replay", "--all", "--queue", "reports")
+    assert unserved.exit_code == 2
+    assert "queue 'reports' is not served by this app" in one_error_line(unserved)
+    assert len(list_dead(cli.app)) == 1
+
+    replayed = invoke("dlq", SPEC, "replay", entry_id, "--level", "normal")
+    assert replayed.exit_code == 0, replayed.output
+    assert f"{entry_id} charge-U enqueued" in replayed.stdout
+    assert list_dead(cli.app) == []
+    work_off(cli.app)
+    assert rclient.lrange(cli.record_key("charged"), 0, -1) == [b"charge-U"]
+
+
+def test_dlq_trim_applies_the_apps_limits(cli: ModuleType, rclient: redis.Redis) -> None:
+    job = Job(id="charge-T", task="charge", queue="default", level="normal")
+    ancient = [bury(cli.app, rclient, job, f"{n * 1000}-0") for n in range(1, 301)]  # 1970
+    recent = bury(cli.app, rclient, job)
+    result = invoke("dlq", SPEC, "trim")
+    assert result.exit_code == 0, result.output
+    left = [letter.id for letter in list_dead(cli.app)]
+    assert result.stdout == f"trimmed {301 - len(left)} dead letters\n"
+    assert left[-1] == recent
+    assert len(left) <= 100  # older than 30 days: every whole node of them went
+    assert set(left[:-1]) <= set(ancient)
 
 
 def test_stats_json_counts_delayed_jobs_and_dead_letters(

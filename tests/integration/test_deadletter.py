@@ -1,18 +1,20 @@
-"""The dead-letter queue: what an entry records, and listing, replaying and purging it."""
+"""The dead-letter queue: what an entry records; listing, replaying, trimming, purging it."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
 
 from conftest import running, wait_until, worker_for
-from lockgate import App, current_job
-from lockgate.codec import decode
-from lockgate.deadletter import count_dead, list_dead, purge, replay, show_dead
+from lockgate import App, ConfigError, current_job
+from lockgate.codec import Job, decode, encode
+from lockgate.deadletter import count_dead, list_dead, purge, replay, show_dead, trim, trim_args
 
 BACKENDS = ["streams", "sorted"]
 
@@ -139,3 +141,217 @@ async def test_purge_deletes_every_dead_letter(make_app: Callable[..., App]) -> 
     assert purge(app) == 3
     assert count_dead(app) == 0 and list_dead(app) == []
     assert purge(app) == 0
+
+
+def bury(rclient: redis.Redis, app: App, job: Job, entry_id: str = "*") -> str:
+    """Write a dead letter of ``job`` directly (as an older release or another app left it)."""
+    fields: dict[str, str | bytes] = {
+        "job_id": job.id, "task": job.task, "reason": "failed", "queue": job.queue,
+        "level": job.level, "attempt": str(job.attempt), "job": encode(job),
+    }  # fmt: skip
+    entry: bytes = rclient.xadd(app.keys.dead(), fields, id=entry_id)
+    return entry.decode()
+
+
+def queued_ids(rclient: redis.Redis, app: App, queue: str, level: str) -> list[str]:
+    """Job ids waiting on one queue and level of the app's backend."""
+    if app.backend == "sorted":
+        return [member.decode() for member in rclient.zrange(app.keys.sorted_waiting(queue), 0, -1)]
+    return [
+        decode(fields[b"job"]).id for _, fields in rclient.xrange(app.keys.stream(queue, level))
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_replay_refuses_a_level_or_queue_the_app_does_not_declare(
+    make_app: Callable[..., App], rclient: redis.Redis, backend: str
+) -> None:
+    app = make_app(backend=backend)
+
+    @app.task(queue="mail")
+    def send(to: str) -> None: ...
+
+    urgent = bury(rclient, app, Job(id="send-1", task="send", queue="mail", level="urgent"))
+    reports = bury(rclient, app, Job(id="send-2", task="send", queue="reports", level="low"))
+    gone = bury(rclient, app, Job(id="gone-1", task="gone", queue="mail", level="low"))
+    letters = list_dead(app)
+
+    results = replay(app, letters)
+
+    assert [(r.id, r.job_id, r.outcome) for r in results] == [
+        (urgent, "send-1", "bad"), (reports, "send-2", "bad"), (gone, "gone-1", "bad"),
+    ]  # fmt: skip
+    assert results[0].detail == (
+        "level 'urgent' is not declared by this app (declared: critical, normal, low); "
+        "replay with --level LEVEL"
+    )
+    assert results[1].detail == (
+        "queue 'reports' is not served by this app (served: mail); replay with --queue QUEUE"
+    )
+    assert results[2].detail == "unknown task 'gone'"
+    assert list_dead(app) == letters  # every letter stays
+    for job_id in ("send-1", "send-2", "gone-1"):
+        assert not rclient.exists(app.keys.job(job_id))  # no id blocked
+    assert rclient.keys(f"{app.keys.prefix}:stream:*") == []
+    assert rclient.keys(f"{app.keys.prefix}:sorted:*") == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_replay_to_another_level_runs_the_job_there_under_its_id(
+    make_app: Callable[..., App], rclient: redis.Redis, backend: str
+) -> None:
+    app = make_app(backend=backend)
+    runs: list[tuple[str, str, str, int]] = []
+
+    @app.task(queue="mail")
+    def send(to: str) -> None:
+        job = current_job()
+        runs.append((f"{job.job_id} {to}", job.queue, job.level, job.attempt))
+
+    old = Job(id="send-1", task="send", queue="mail", level="urgent", args=["a@x"], attempt=4)
+    bury(rclient, app, old)
+    (result,) = replay(app, list_dead(app), level="normal")
+    assert (result.job_id, result.outcome) == ("send-1", "enqueued")
+    assert list_dead(app) == []
+    assert queued_ids(rclient, app, "mail", "normal") == ["send-1"]
+    assert rclient.exists(app.keys.job("send-1"))
+    if backend == "streams":
+        assert not rclient.exists(app.keys.stream("mail", "urgent"))
+
+    worker = worker_for(app, concurrency=1)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 1)
+    assert runs == [("send-1 a@x", "mail", "normal", 1)]
+
+
+async def test_replay_to_another_queue_follows_a_task_that_moved(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task(queue="billing")
+    def charge(order_id: str) -> None: ...
+
+    bury(rclient, app, Job(id="charge-1", task="charge", queue="default", level="normal"))
+    (refused,) = replay(app, list_dead(app))
+    assert refused.outcome == "bad" and "queue 'default' is not served" in refused.detail
+    (result,) = replay(app, list_dead(app), queue="billing")
+    assert result.outcome == "enqueued"
+    assert queued_ids(rclient, app, "billing", "normal") == ["charge-1"]
+    assert list_dead(app) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"level": "urgent"}, "unknown priority 'urgent'; declared levels: critical, normal, low"),
+        ({"queue": "reports"}, "queue 'reports' is not served by this app (served: default)"),
+    ],
+)
+async def test_replay_to_an_undeclared_level_or_queue_is_an_error(
+    make_app: Callable[..., App], rclient: redis.Redis, options: dict[str, str], message: str
+) -> None:
+    app = make_app()
+
+    @app.task
+    def charge(order_id: str) -> None: ...
+
+    bury(rclient, app, Job(id="charge-1", task="charge", queue="default", level="normal"))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        replay(app, list_dead(app), **options)
+    assert count_dead(app) == 1
+    assert not rclient.exists(app.keys.job("charge-1"))
+
+
+def test_dead_letter_limits_default_to_100k_letters_and_30_days() -> None:
+    app = App(namespace="limits")
+    assert (app.dead_letter_max_len, app.dead_letter_max_age_ms) == (100_000, 30 * 86_400_000)
+    assert trim_args(app) == [100_000, 30 * 86_400_000]
+    unlimited = App(namespace="limits", dead_letter_max_len=None, dead_letter_max_age=None)
+    assert trim_args(unlimited) == [0, 0]
+    hour = App(namespace="limits", dead_letter_max_len=7, dead_letter_max_age=timedelta(hours=1))
+    assert trim_args(hour) == [7, 3_600_000]
+    assert trim_args(App(namespace="limits", dead_letter_max_age=2.5)) == [100_000, 2500]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"dead_letter_max_len": 0},
+        {"dead_letter_max_len": -1},
+        {"dead_letter_max_len": True},
+        {"dead_letter_max_len": 1.5},
+        {"dead_letter_max_age": -1},
+        {"dead_letter_max_age": 0},
+        {"dead_letter_max_age": "30d"},
+    ],
+)
+def test_bad_dead_letter_limits_are_rejected(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(options))):
+        App(namespace="limits", **options)
+
+
+def fill(rclient: redis.Redis, app: App, ids: list[str]) -> None:
+    with rclient.pipeline(transaction=False) as pipe:
+        for entry_id in ids:
+            pipe.xadd(app.keys.dead(), {"job_id": entry_id, "job": b"{}"}, id=entry_id)
+        pipe.execute()
+
+
+def node_entries(rclient: redis.Redis) -> int:
+    """Entries per stream node: approximate trimming removes whole nodes only."""
+    return int(rclient.config_get("stream-node-max-entries")["stream-node-max-entries"])
+
+
+async def test_trim_by_length_keeps_the_newest_and_works_off_a_backlog(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app(dead_letter_max_len=1000, dead_letter_max_age=None)
+    ids = [f"{n}-0" for n in range(1, 25_001)]
+    fill(rclient, app, ids)
+    # More than one XTRIM's bounded work: trim() keeps calling until nothing goes.
+    removed = trim(app)
+    left = [letter.id for letter in list_dead(app, limit=100_000)]
+    assert removed == 25_000 - len(left)
+    assert 1000 <= len(left) < 1000 + node_entries(rclient)
+    assert left == ids[-len(left) :]
+    assert trim(app) == 0
+
+
+async def test_trim_by_age_removes_letters_older_than_the_limit(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app(dead_letter_max_len=None, dead_letter_max_age=timedelta(days=1))
+    ancient = [f"{n * 1000}-0" for n in range(1, 501)]  # 1970
+    fill(rclient, app, ancient)
+    recent = [bury(rclient, app, Job(id=f"j{n}", task="t", queue="q", level="low")) for n in "abc"]
+    removed = trim(app)
+    left = [letter.id for letter in list_dead(app)]
+    assert removed == 503 - len(left)
+    assert left[-3:] == recent
+    assert len(left) - 3 < node_entries(rclient)  # only ancient letters sharing a node stay
+
+
+async def test_no_limits_trim_nothing(make_app: Callable[..., App], rclient: redis.Redis) -> None:
+    app = make_app(dead_letter_max_len=None, dead_letter_max_age=None)
+    fill(rclient, app, [f"{n * 1000}-0" for n in range(1, 1001)])
+    assert trim(app) == 0
+    assert count_dead(app) == 1000
+
+
+async def test_purge_of_a_large_queue_deletes_in_chunks(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app()
+    fill(rclient, app, [f"{n}-0" for n in range(1, 25_001)])
+    assert purge(app) == 25_000
+    assert not rclient.exists(app.keys.dead())
+    assert purge(app) == 0
+
+
+async def test_purge_of_an_empty_queue_is_zero(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app()
+    assert purge(app) == 0
+    assert not rclient.exists(app.keys.dead())

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import pytest
 import redis
 
-from conftest import wait_until_sync
+from conftest import WAIT_TIMEOUT, wait_until_sync
 from lockgate.keys import Keys, SortedKeys
 from lockgate.lua import ScriptCall, SyncScripts, source
 
@@ -28,7 +29,7 @@ def enqueue(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, *jobs: tuple[str, int] | tuple[str, int, int]
 ) -> list[int]:
     """Enqueue (job id, boost in us[, delay ms]); the payload is the id with a 'P' prefix."""
-    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wakeup, q.delayed]
+    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed]
     args: list[Any] = []
     for job_id, boost, *delay in jobs:
         script_keys.append(keys.job(job_id))
@@ -36,17 +37,45 @@ def enqueue(
     return run(scripts, "enqueue_sorted", script_keys, args)
 
 
+class Taken(NamedTuple):
+    job_id: bytes
+    payload: bytes | None
+    deliveries: int
+    owner: bytes
+
+
+class Take(NamedTuple):
+    taken: list[Taken]
+    returned: int
+    next_ms: int
+    wake_id: bytes
+
+    @property
+    def jobs(self) -> list[tuple[bytes, bytes | None, int]]:
+        """(job id, payload, deliveries) of each job taken, without owner tokens."""
+        return [(t.job_id, t.payload, t.deliveries) for t in self.taken]
+
+
 def take(
-    scripts: SyncScripts, q: SortedKeys, limit: int, lease_ms: int
-) -> tuple[list[Any], int, int]:
-    """take_sorted: (flat (job id, payload, deliveries) triples, leases returned, next ms)."""
-    taken, returned, next_ms = run(
+    scripts: SyncScripts, q: SortedKeys, limit: int, lease_ms: int, consumer: str = "w1"
+) -> Take:
+    """take_sorted for one worker (consumer name)."""
+    flat, returned, next_ms, wake_id = run(
         scripts,
         "take_sorted",
-        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries],
-        [limit, lease_ms],
+        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+        [limit, lease_ms, consumer],
     )
-    return taken, returned, next_ms
+    taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+    return Take(taken, returned, next_ms, wake_id)
+
+
+def extend(scripts: SyncScripts, q: SortedKeys, lease_ms: int, *owned: tuple[str, bytes]) -> int:
+    """extend_sorted with (job id, owner token) pairs."""
+    args: list[Any] = [lease_ms]
+    for job_id, owner in owned:
+        args += [job_id, owner]
+    return int(run(scripts, "extend_sorted", [q.inflight, q.owners], args))
 
 
 def ranks(rclient: redis.Redis, q: SortedKeys) -> dict[str, int]:
@@ -64,8 +93,7 @@ def now_ms(rclient: redis.Redis) -> int:
 
 def test_every_script_documents_its_keys_and_args() -> None:
     names = (
-        "enqueue_sorted", "take_sorted", "extend_sorted", "ack_sorted", "retry_sorted",
-        "dead_letter_sorted", "stats_sorted",
+        "enqueue_sorted", "take_sorted", "extend_sorted", "stats_sorted",
     )  # fmt: skip
     for name in names:
         text = source(name)
@@ -137,25 +165,25 @@ def test_enqueue_with_a_delay_waits_in_delayed_until_due(
     assert ranks(rclient, q)["later"] > ranks(rclient, q)["now"] + 599 * SECOND_US
     assert rclient.hget(q.payloads, "later") == b"Plater"
     assert enqueue(scripts, keys, q, ("later", 0)) == [0]  # a delayed id is taken
-    taken, _, next_ms = take(scripts, q, 5, 30_000)
-    assert taken == [b"now", b"Pnow", 1]
-    assert 30_000 >= next_ms > 0  # the lease ends before the delayed job is due
+    got = take(scripts, q, 5, 30_000)
+    assert got.jobs == [(b"now", b"Pnow", 1)]
+    assert 30_000 >= got.next_ms > 0  # the lease ends before the delayed job is due
     rclient.zadd(q.delayed, {"later": 1})  # as if its due time had come
-    taken, _, _ = take(scripts, q, 5, 30_000)
-    assert taken == [b"later", b"Plater", 1]
+    assert take(scripts, q, 5, 30_000).jobs == [(b"later", b"Plater", 1)]
     assert rclient.zcard(q.delayed) == 0
 
 
 def test_enqueue_signals_idle_workers_only_when_it_added(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
-    enqueue(scripts, keys, q, ("a", 0), ("b", 0))
-    assert rclient.llen(q.wakeup) == 1
-    enqueue(scripts, keys, q, ("a", 0))
-    assert rclient.llen(q.wakeup) == 1
+    enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("later", 0, 60_000))
+    ((_, fields),) = rclient.xrange(q.wake)  # one entry per call, with how many it added
+    assert fields == {b"n": b"3"}
+    enqueue(scripts, keys, q, ("a", 0))  # taken: nothing added, nobody woken
+    assert rclient.xlen(q.wake) == 1
     for n in range(100):
         enqueue(scripts, keys, q, (f"n{n}", 0))
-    assert rclient.llen(q.wakeup) == 64
+    assert rclient.xlen(q.wake) == 16  # MAXLEN 16: the stream stays short
 
 
 def test_take_moves_the_best_ranked_to_inflight(
@@ -163,11 +191,11 @@ def test_take_moves_the_best_ranked_to_inflight(
 ) -> None:
     enqueue(scripts, keys, q, ("low", 0), ("crit", 10 * SECOND_US), ("low2", 0))
     before = now_ms(rclient)
-    taken, returned, next_deadline = take(scripts, q, 2, 30_000)
+    got = take(scripts, q, 2, 30_000)
     after = now_ms(rclient)
-    assert taken == [b"crit", b"Pcrit", 1, b"low", b"Plow", 1]
-    assert returned == 0
-    assert 0 < next_deadline <= 30_000
+    assert got.jobs == [(b"crit", b"Pcrit", 1), (b"low", b"Plow", 1)]
+    assert got.returned == 0
+    assert 0 < got.next_ms <= 30_000
     assert waiting(rclient, q) == ["low2"]
     deadlines = dict(rclient.zrange(q.inflight, 0, -1, withscores=True))
     assert set(deadlines) == {b"crit", b"low"}
@@ -176,10 +204,11 @@ def test_take_moves_the_best_ranked_to_inflight(
     # Payloads and ranks stay until the ack: a dead worker's job can come back.
     assert rclient.hlen(q.payloads) == 3 and rclient.hlen(q.ranks) == 3
     assert rclient.hgetall(q.deliveries) == {b"crit": b"1", b"low": b"1"}
+    assert rclient.hgetall(q.owners) == {t.job_id: t.owner for t in got.taken}
 
 
 def test_take_with_nothing_in_flight(scripts: SyncScripts, q: SortedKeys) -> None:
-    assert take(scripts, q, 5, 1000) == ([], 0, -1)
+    assert take(scripts, q, 5, 1000) == ([], 0, -1, b"0-0")  # no wake stream yet
 
 
 def test_take_with_no_room_only_reports(
@@ -187,9 +216,9 @@ def test_take_with_no_room_only_reports(
 ) -> None:
     enqueue(scripts, keys, q, ("a", 0), ("b", 0))
     take(scripts, q, 1, 60_000)
-    taken, returned, next_deadline = take(scripts, q, 0, 60_000)
-    assert (taken, returned) == ([], 0)
-    assert 0 < next_deadline <= 60_000
+    got = take(scripts, q, 0, 60_000)
+    assert (got.taken, got.returned) == ([], 0)
+    assert 0 < got.next_ms <= 60_000
     assert waiting(rclient, q) == ["b"]
 
 
@@ -198,42 +227,39 @@ def test_take_returns_expired_leases_at_their_original_rank(
 ) -> None:
     enqueue(scripts, keys, q, ("first", 0), ("second", 0))
     original = ranks(rclient, q)["first"]
-    taken, _, _ = take(scripts, q, 1, 100)
-    assert taken[0] == b"first"
+    assert take(scripts, q, 1, 100).taken[0].job_id == b"first"
     enqueue(scripts, keys, q, ("third", 0))
     # Wait (by the server's clock) until the lease is over: the worker "died".
     deadline = rclient.zscore(q.inflight, "first")
     wait_until_sync(lambda: now_ms(rclient) > deadline, message="lease over")
-    taken, returned, next_deadline = take(scripts, q, 0, 100)
-    assert (taken, returned, next_deadline) == ([], 1, -1)
+    got = take(scripts, q, 0, 100)
+    assert (got.taken, got.returned, got.next_ms) == ([], 1, -1)
     assert rclient.zscore(q.waiting, "first") == original
     assert waiting(rclient, q) == ["first", "second", "third"]
     assert rclient.zcard(q.inflight) == 0
-    taken, _, _ = take(scripts, q, 1, 60_000)
-    assert taken == [b"first", b"Pfirst", 2]  # its second delivery
+    assert take(scripts, q, 1, 60_000).jobs == [(b"first", b"Pfirst", 2)]  # second delivery
 
 
-def test_expired_lease_is_taken_again_in_the_same_call_and_alone(
+def test_expired_lease_is_taken_again_in_the_same_call_with_the_rest(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
     enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("c", 0))
     take(scripts, q, 1, 60_000)
     rclient.zadd(q.inflight, {"a": 1})  # a lease that ended long ago
-    taken, returned, _ = take(scripts, q, 3, 60_000)
-    # Taken before (its worker died): it ends the batch, so it can run alone.
-    assert taken == [b"a", b"Pa", 2]
-    assert returned == 1
-    assert waiting(rclient, q) == ["b", "c"]
-    taken, _, _ = take(scripts, q, 3, 60_000)
-    assert taken == [b"b", b"Pb", 1, b"c", b"Pc", 1]
+    got = take(scripts, q, 3, 60_000)
+    # Back at its rank, first; the batch goes on (the worker isolates a redelivery by its
+    # delivery count instead of leaving free slots idle).
+    assert got.jobs == [(b"a", b"Pa", 2), (b"b", b"Pb", 1), (b"c", b"Pc", 1)]
+    assert got.returned == 1
+    assert waiting(rclient, q) == []
 
 
 def test_expired_lease_of_a_finished_job_is_dropped(
     scripts: SyncScripts, q: SortedKeys, rclient: redis.Redis
 ) -> None:
     rclient.zadd(q.inflight, {"ghost": 1})  # no rank: its job was acked meanwhile
-    taken, returned, _ = take(scripts, q, 1, 1000)
-    assert (taken, returned) == ([], 1)
+    got = take(scripts, q, 1, 1000)
+    assert (got.taken, got.returned) == ([], 1)
     assert rclient.zcard(q.inflight) == 0 and rclient.zcard(q.waiting) == 0
 
 
@@ -241,61 +267,107 @@ def test_take_reports_a_missing_payload(
     scripts: SyncScripts, q: SortedKeys, rclient: redis.Redis
 ) -> None:
     rclient.zadd(q.waiting, {"orphan": 5})
-    taken, _, _ = take(scripts, q, 1, 1000)
-    assert taken == [b"orphan", None, 1]
+    assert take(scripts, q, 1, 1000).jobs == [(b"orphan", None, 1)]
 
 
-def test_extend_pushes_back_in_flight_leases_only(
+def test_each_take_records_its_own_owner_token(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    enqueue(scripts, keys, q, ("a", 0))
+    (first,) = take(scripts, q, 1, 60_000, consumer="w1").taken
+    assert first.owner.startswith(b"w1:1:")
+    rclient.zadd(q.inflight, {"a": 1})  # w1's lease ended (paused, cut off)
+    (second,) = take(scripts, q, 1, 60_000, consumer="w2").taken
+    assert second.owner.startswith(b"w2:2:")
+    rclient.zadd(q.inflight, {"a": 1})
+    (third,) = take(scripts, q, 1, 60_000, consumer="w1").taken  # the same worker again
+    assert len({first.owner, second.owner, third.owner}) == 3
+    assert rclient.hget(q.owners, "a") == third.owner  # only the latest take may settle
+
+
+def test_extend_pushes_back_leases_of_the_current_owner_only(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
     enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("c", 0))
-    take(scripts, q, 2, 1000)
-    old = rclient.zscore(q.inflight, "a")
+    a, b = take(scripts, q, 2, 1000, consumer="w1").taken
+    old_b = rclient.zscore(q.inflight, "b")
     before = now_ms(rclient)
-    extended = run(scripts, "extend_sorted", [q.inflight], [600_000, "a", "b", "c"])
-    assert extended == 2
-    assert rclient.zscore(q.inflight, "a") >= before + 600_000 > old
+    # b with an earlier take's token; c waits (never taken): neither is extended.
+    stale = b"w1:0:" + b.owner.split(b":", 2)[2]
+    assert extend(scripts, q, 600_000, ("a", a.owner), ("b", stale), ("c", a.owner)) == 1
+    assert rclient.zscore(q.inflight, "a") >= before + 600_000
+    assert rclient.zscore(q.inflight, "b") == old_b
     assert rclient.zscore(q.inflight, "c") is None
     assert waiting(rclient, q) == ["c"]
 
 
-def ack(scripts: SyncScripts, keys: Keys, q: SortedKeys, *job_ids: str) -> int:
-    markers = [keys.job(job_id) for job_id in job_ids]
-    return run(
-        scripts, "ack_sorted", [q.inflight, q.payloads, q.ranks, q.deliveries, *markers], job_ids
-    )
-
-
-def test_ack_finishes_jobs_and_frees_their_ids(
+def test_a_worker_whose_lease_lapsed_cannot_extend_the_new_owners_lease(
     scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
 ) -> None:
-    enqueue(scripts, keys, q, ("a", 0), ("b", 0), ("c", 0))
-    take(scripts, q, 2, 60_000)
-    # "c" waits (not in flight) and "zz" does not exist: the ack leaves both alone.
-    assert ack(scripts, keys, q, "a", "c", "b", "zz") == 2
-    assert rclient.zcard(q.inflight) == 0
-    assert set(rclient.hkeys(q.payloads)) == {b"c"} == set(rclient.hkeys(q.ranks))
-    assert rclient.hlen(q.deliveries) == 0
-    assert not rclient.exists(keys.job("a"), keys.job("b"))
-    assert rclient.exists(keys.job("c"))
-    assert waiting(rclient, q) == ["c"]
-    assert enqueue(scripts, keys, q, ("a", 0), ("c", 0)) == [1, 0]
-
-
-def test_a_late_ack_keeps_a_job_taken_over_by_another_worker(
-    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
-) -> None:
-    """A worker's lease ended; another finished the job and it was enqueued again.
-
-    The first worker's late ack must not finish (or free the id of) the newer job.
-    """
     enqueue(scripts, keys, q, ("a", 0))
-    take(scripts, q, 1, 60_000)
-    rclient.zadd(q.inflight, {"a": 1})  # the first worker's lease ended
-    assert take(scripts, q, 1, 60_000)[0] == [b"a", b"Pa", 2]  # the second worker
-    assert ack(scripts, keys, q, "a") == 1  # the second worker's ack
-    assert enqueue(scripts, keys, q, ("a", 0)) == [1]  # queued again, waiting
-    assert ack(scripts, keys, q, "a") == 0  # the first worker's late ack
-    assert waiting(rclient, q) == ["a"]
-    assert rclient.hget(q.payloads, "a") == b"Pa"
-    assert rclient.get(keys.job("a")) == b"sorted"
+    (old,) = take(scripts, q, 1, 60_000, consumer="w1").taken
+    rclient.zadd(q.inflight, {"a": 1})  # w1's lease ended
+    (new,) = take(scripts, q, 1, 1000, consumer="w2").taken
+    deadline = rclient.zscore(q.inflight, "a")
+    assert extend(scripts, q, 600_000, ("a", old.owner)) == 0  # w1 comes back
+    assert rclient.zscore(q.inflight, "a") == deadline
+    assert extend(scripts, q, 600_000, ("a", new.owner)) == 1
+    assert rclient.zscore(q.inflight, "a") > deadline
+
+
+def test_take_reports_the_wake_streams_last_id(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    assert take(scripts, q, 1, 1000).wake_id == b"0-0"
+    enqueue(scripts, keys, q, ("a", 0))
+    enqueue(scripts, keys, q, ("b", 0))
+    ((last, _),) = rclient.xrevrange(q.wake, count=1)
+    got = take(scripts, q, 0, 1000)
+    assert got.wake_id == last
+    # Blocking from there: nothing yet; the next enqueue is seen.
+    assert rclient.xread({q.wake: got.wake_id}) == []
+    enqueue(scripts, keys, q, ("c", 0))
+    assert len(rclient.xread({q.wake: got.wake_id})[0][1]) == 1
+
+
+def blocked_readers(rclient: redis.Redis, names: list[str]) -> bool:
+    """Whether every named client is blocked in XREAD right now (by CLIENT LIST)."""
+    blocked = {
+        row["name"]
+        for row in rclient.client_list()
+        if row["cmd"] == "xread" and "b" in row["flags"]
+    }
+    return set(names) <= blocked
+
+
+def test_one_enqueue_wakes_every_blocked_worker(
+    redis_url: str, scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    """Defect 16: with a BLPOP list one enqueue woke one idle worker; every idle worker
+    blocks on the wake stream with XREAD, so one enqueue wakes them all."""
+    wake_id = take(scripts, q, 1, 1000).wake_id
+    names = [f"{keys.namespace}-idle-{n}" for n in range(3)]
+    readers = [redis.Redis.from_url(redis_url, client_name=name) for name in names]
+    try:
+        with ThreadPoolExecutor(len(readers)) as pool:
+            block_ms = int(WAIT_TIMEOUT * 1000)
+            woken: list[Future[Any]] = [
+                pool.submit(reader.xread, {q.wake: wake_id}, None, block_ms) for reader in readers
+            ]
+            try:
+                wait_until_sync(
+                    lambda: blocked_readers(rclient, names), message="3 readers block on XREAD"
+                )
+                assert enqueue(scripts, keys, q, ("a", 0)) == [1]
+                replies = [future.result(timeout=WAIT_TIMEOUT) for future in woken]
+            finally:
+                if not all(future.done() for future in woken):  # free them on a failure
+                    rclient.xadd(q.wake, {"n": 0})
+    finally:
+        for reader in readers:
+            reader.close()
+    ((last, _),) = rclient.xrevrange(q.wake, count=1)
+    for reply in replies:
+        ((stream, entries),) = reply
+        assert stream == q.wake.encode()
+        assert [entry_id for entry_id, _ in entries] == [last]

@@ -1,7 +1,16 @@
-"""The streams backend's scripts, called directly against real Redis."""
+"""The streams backend's scripts, called directly against real Redis.
+
+Tests that need the server in a state the shared one must never be put in (out of memory)
+run against a private ``redis-server`` of their own, started by :func:`private_redis`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,10 +18,64 @@ import redis
 import redis.asyncio as aioredis
 
 from conftest import wait_until_sync
+from lockgate.embedded import free_port
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts, source
 
 LEVELS = ("critical", "normal", "low")
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 10.0
+# Small enough that a 16 MiB junk key puts the server over it.
+TIGHT_MEMORY = ("--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+JUNK_BYTES = 16 * 2**20
+
+
+@contextlib.contextmanager
+def private_redis(directory: Path, *options: str) -> Iterator[redis.Redis]:
+    """A ``redis-server`` child of the test on a free port, configured by ``options``.
+
+    The shared server's configuration is never changed; a test that needs OOM (or any
+    other server-wide state) gets its own server. Yields a client of it; on exit the
+    client is closed and the server stopped with SIGTERM (SIGKILL if it hangs).
+    """
+    binary = shutil.which("redis-server")
+    assert binary is not None, "redis-server is not on PATH"
+    port = free_port()
+    command = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", str(directory), *options,
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10.0)
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"redis-server exited with {process.returncode}: {command}")
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError):
+            return False
+
+    try:
+        wait_until_sync(answers, timeout=START_TIMEOUT, message="private redis-server answers")
+        yield client
+    finally:
+        client.close()
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def fill_memory(client: redis.Redis, key: str) -> None:
+    """Put a server started with :data:`TIGHT_MEMORY` over its limit; check it refuses."""
+    # A short command that allocates a lot: a SET of a big value would be refused, since its
+    # query buffer counts as used memory; SETRANGE far out is checked while still under.
+    client.setrange(key, JUNK_BYTES, b"x")
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.set(f"{key}:probe", b"1")
 
 
 def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> Any:
@@ -28,7 +91,7 @@ def enqueue(
     for job_id, level, payload, *delay in jobs:
         script_keys += [keys.job(job_id), keys.stream("q", level), keys.delayed("q", level)]
         args += [payload, delay[0] if delay else 0]
-    return run(scripts, "enqueue_stream", script_keys, args)
+    return run(scripts, "enqueue_stream", [*script_keys, keys.wake()], args)
 
 
 Entries = list[tuple[int, str, dict[bytes, bytes]]]
@@ -39,12 +102,13 @@ def read_all(
 ) -> tuple[list[int], Entries, list[bytes], int]:
     """read_stream over queue 'q', one stream per level: (dry, entries, last ids, next due ms).
 
-    Entries come as (key index, id, fields).
+    Entries come as (key index, id, fields); last ids end with the wake stream's.
     """
     streams = [keys.stream("q", level) for level in LEVELS]
     delayed = [keys.delayed("q", level) for level in LEVELS]
     args = [GROUP, consumer, limit, len(quotas), *quotas, 1, 2, 3]
-    dry, flat, last_ids, next_due = run(scripts, "read_stream", streams + delayed, args)
+    script_keys = [*streams, *delayed, keys.wake()]
+    dry, flat, last_ids, next_due = run(scripts, "read_stream", script_keys, args)
     entries = [
         (flat[i], flat[i + 1].decode(), dict(zip(flat[i + 2][::2], flat[i + 2][1::2], strict=True)))
         for i in range(0, len(flat), 3)
@@ -68,8 +132,8 @@ def now_ms(rclient: redis.Redis) -> int:
 
 def test_every_script_documents_its_keys_and_args() -> None:
     names = (
-        "enqueue_stream", "read_stream", "ack_stream", "retry_stream", "dead_letter_stream",
-        "reclaim_stream", "heartbeat_stream", "forget_consumers", "stats_stream",
+        "enqueue_stream", "read_stream", "reclaim_stream", "heartbeat_stream", "forget_consumers",
+        "stats_stream",
     )  # fmt: skip
     for name in names:
         text = source(name)
@@ -227,9 +291,10 @@ def test_read_reports_dry_and_last_ids_when_empty(
     dry, entries, last_ids = read(scripts, keys, 8, [1, 1, 1])
     assert entries == []
     assert dry == [1, 1, 1]
-    assert last_ids == [ids[0], b"0-0", ids[1]]
+    assert last_ids == [ids[0], b"0-0", ids[1], b"0-0"]  # the wake stream does not exist
     # What a waiting worker would XREAD from: a new entry after these ids wakes it.
-    streams = {keys.stream("q", level): last for level, last in zip(LEVELS, last_ids, strict=True)}
+    levels = zip(LEVELS, last_ids[:-1], strict=True)
+    streams = {keys.stream("q", level): last for level, last in levels}
     assert rclient.xread(streams, count=1) == []
     new = enqueue(scripts, keys, ("c", "normal", b"C"))[0]
     woken = rclient.xread(streams, count=1)
@@ -255,56 +320,173 @@ def test_read_leaves_entries_pending_until_acked(
     assert [(p["message_id"], p["consumer"]) for p in pending] == [(ids[0], b"c1")]
 
 
-def test_ack_stream_acks_deletes_and_frees_ids(
+def test_enqueue_stream_wakes_idle_workers_for_delayed_jobs_only(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    ids = enqueue(scripts, keys, ("a", "low", b"A"), ("b", "low", b"B"), ("c", "low", b"C"))
-    read(scripts, keys, 3, [0, 0, 3])
-    stream = keys.stream("q", "low")
-    acked = run(
-        scripts,
-        "ack_stream",
-        [stream, keys.job("a"), keys.job("b")],
-        [GROUP, ids[0].decode(), ids[1].decode()],
+    enqueue(scripts, keys, ("now", "low", b"N"))
+    assert not rclient.exists(keys.wake())  # an immediate job wakes workers by its own stream
+    enqueue(scripts, keys, ("d1", "low", b"D1", 60_000), ("d2", "normal", b"D2", 60_000))
+    ((_, fields),) = rclient.xrange(keys.wake())  # one entry per call, not per job
+    assert fields == {b"due": b"1"}
+    enqueue(scripts, keys, ("d1", "low", b"again", 5))  # taken: nothing was scheduled
+    assert rclient.xlen(keys.wake()) == 1
+    for n in range(40):
+        enqueue(scripts, keys, (f"n{n}", "low", b"N", 60_000))
+    assert rclient.xlen(keys.wake()) == 16  # MAXLEN 16: the stream stays short
+
+
+def test_read_promotes_every_due_job_by_the_server_clock(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    # Due long ago (scores are server ms), on two levels; one more not due for 10 minutes.
+    rclient.zadd(keys.delayed("q", "low"), {b"L1": 1, b"L2": 2})
+    rclient.zadd(keys.delayed("q", "critical"), {b"C": 3})
+    later = now_ms(rclient) + 600_000
+    rclient.zadd(keys.delayed("q", "normal"), {b"N": later})
+    dry, entries, last_ids, next_due = read_all(scripts, keys, 8, [1, 1, 1])
+    # Moved in due order, then read like any entry (critical first).
+    assert [(index, fields[b"job"]) for index, _, fields in entries] == [
+        (1, b"C"),
+        (3, b"L1"),
+        (3, b"L2"),
+    ]
+    assert rclient.zcard(keys.delayed("q", "low")) == 0
+    assert rclient.zcard(keys.delayed("q", "critical")) == 0
+    assert rclient.zrange(keys.delayed("q", "normal"), 0, -1) == [b"N"]
+    assert 590_000 < next_due <= 600_000
+    assert (dry, last_ids) == ([1, 1, 1], [])
+
+
+def test_read_reports_the_wake_streams_last_id_to_block_on(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    enqueue(scripts, keys, ("d", "low", b"D", 600_000))
+    ((wake_id, _),) = rclient.xrange(keys.wake())
+    _, entries, last_ids, _ = read_all(scripts, keys, 8, [1, 1, 1])
+    assert entries == []
+    assert last_ids == [b"0-0", b"0-0", b"0-0", wake_id]
+    # What an idle worker XREADs from: a later delayed job (or retry) wakes it, so it
+    # re-reads the next due time instead of sleeping past it.
+    streams = [*(keys.stream("q", level) for level in LEVELS), keys.wake()]
+    after = dict(zip(streams, last_ids, strict=True))
+    assert rclient.xread(after) == []
+    enqueue(scripts, keys, ("e", "normal", b"E", 1_000))
+    ((woken_by, (entry,)),) = rclient.xread(after)
+    assert woken_by == keys.wake().encode()
+    assert entry[0] > wake_id
+    # Once something is read, no ids are reported (the worker does not block).
+    enqueue(scripts, keys, ("n", "low", b"N"))
+    assert read_all(scripts, keys, 8, [1, 1, 1])[2] == []
+
+
+def test_read_under_oom_reads_what_is_queued_and_keeps_due_jobs_delayed(
+    tmp_path: Path,
+) -> None:
+    """Defect 6: with maxmemory + noeviction, the promotion of a due job must not fail the
+    read; the worker drains what is queued (which frees memory) and promotes later."""
+    with private_redis(tmp_path, *TIGHT_MEMORY) as client:
+        scripts, keys = SyncScripts(client), Keys("oom")
+        ids = enqueue(scripts, keys, ("a", "low", b"A"), ("b", "normal", b"B"))
+        # The groups exist (a worker has read before); a job became due meanwhile.
+        for level in LEVELS:
+            client.xgroup_create(keys.stream("q", level), GROUP, id="0", mkstream=True)
+        client.zadd(keys.delayed("q", "low"), {b"DUE": 1})
+        fill_memory(client, f"{keys.prefix}:junk")
+
+        dry, entries, _, next_due = read_all(scripts, keys, 8, [1, 1, 1])
+        assert [(index, entry_id) for index, entry_id, _ in entries] == [
+            (2, ids[1].decode()),
+            (3, ids[0].decode()),
+        ]
+        assert client.zrange(keys.delayed("q", "low"), 0, -1) == [b"DUE"]
+        assert client.xlen(keys.stream("q", "low")) == 1  # nothing was added
+        assert next_due == 0  # the worker knows a job is due and comes back for it
+        assert dry == [1, 1, 1]
+
+        client.delete(f"{keys.prefix}:junk")  # memory freed: the next read promotes it
+        _, entries, _, next_due = read_all(scripts, keys, 8, [1, 1, 1])
+        assert [(index, fields) for index, _, fields in entries] == [(3, {b"job": b"DUE"})]
+        assert client.zcard(keys.delayed("q", "low")) == 0
+        assert next_due == -1
+
+
+def reclaim(
+    scripts: SyncScripts, streams: list[str], consumer: str, min_idle_ms: int
+) -> tuple[int, str, dict[bytes, bytes], int, int]:
+    """reclaim_stream: (key index or 0, entry id, fields, delivery count, deleted dropped)."""
+    index, entry_id, fields, count, dropped = run(
+        scripts, "reclaim_stream", streams, [GROUP, consumer, min_idle_ms]
     )
-    assert acked == 2
-    assert [entry_id for entry_id, _ in rclient.xrange(stream)] == [ids[2]]
-    assert rclient.xpending(stream, GROUP)["pending"] == 1
-    assert not rclient.exists(keys.job("a"), keys.job("b"))
-    assert rclient.get(keys.job("c")) == ids[2]
-    assert enqueue(scripts, keys, ("a", "low", b"A again"))[0] != 0
+    values = dict(zip(fields[::2], fields[1::2], strict=True))
+    return index, entry_id.decode(), values, count, dropped
 
 
-def test_a_late_ack_keeps_the_marker_of_a_newer_job(
+def idle_ms(rclient: redis.Redis, stream: str, entry_id: bytes | str) -> int:
+    """How long ago an entry was last delivered (or claimed), by XPENDING."""
+    (row,) = rclient.xpending_range(stream, GROUP, min=entry_id, max=entry_id, count=1)
+    return int(row["time_since_delivered"])
+
+
+def pending_consumers(rclient: redis.Redis, stream: str) -> dict[bytes, int]:
+    summary = rclient.xpending(stream, GROUP)
+    return {row["name"]: int(row["pending"]) for row in summary["consumers"]}
+
+
+def test_reclaim_finds_a_dead_workers_entry_behind_1000_live_ones(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    """c1 stalls; c2 takes its entry over and finishes it; the id is enqueued again.
-
-    c1's late ack must not free the id of the newer job: only an ack that really
-    acknowledged its entry deletes the marker.
-    """
+    """Defect 2: XAUTOCLAIM from 0-0 COUNT 1 scans only 10 PEL entries per call, so ten
+    live ones ahead of a dead worker's entry hid it. Here 1,000 are ahead of it."""
     stream = keys.stream("q", "low")
-    ids = enqueue(scripts, keys, ("a", "low", b"A"))
-    read(scripts, keys, 1, [0, 0, 1], consumer="c1")
-    rclient.xclaim(stream, GROUP, "c2", 0, [ids[0]])
-    assert run(scripts, "ack_stream", [stream, keys.job("a")], [GROUP, ids[0]]) == 1  # c2
-    newer = enqueue(scripts, keys, ("a", "low", b"A again"))[0]
-    assert isinstance(newer, bytes) and newer != ids[0]
-    assert run(scripts, "ack_stream", [stream, keys.job("a")], [GROUP, ids[0]]) == 0  # c1
-    assert rclient.get(keys.job("a")) == newer
-    assert [entry_id for entry_id, _ in rclient.xrange(stream)] == [newer]
-    assert enqueue(scripts, keys, ("a", "low", b"A third"))[0] == 0
+    live_ids = enqueue(scripts, keys, *[(f"live{n}", "low", b"L") for n in range(1000)])
+    (dead_id,) = enqueue(scripts, keys, ("dead", "low", b"DEAD"))
+    assert len(read(scripts, keys, 1000, [0, 0, 1000], consumer="live")[1]) == 1000
+    assert read(scripts, keys, 1, [0, 0, 1], consumer="dead")[1][0][1] == dead_id.decode()
+    # The dead worker's entry ages past the min idle (100 ms) ...
+    wait_until_sync(lambda: idle_ms(rclient, stream, dead_id) >= 200, message="dead entry idle")
+    # ... while the live worker heartbeats its 1,000 (XCLAIM JUSTID, as heartbeat_stream
+    # does). Touch and reclaim run in one MULTI, so on a slow machine the live entries
+    # cannot age past the min idle between the two.
+    script = rclient.register_script(source("reclaim_stream"))
+    with rclient.pipeline(transaction=True) as pipe:
+        pipe.xclaim(stream, GROUP, "live", 0, live_ids, justid=True)
+        script(keys=[stream], args=[GROUP, "rescuer", 100], client=pipe)
+        touched, (index, entry_id, fields, count, dropped) = pipe.execute()
+    assert len(touched) == 1000
+    # One call finds it, however many live entries come first in the PEL.
+    assert (index, entry_id, fields) == (1, dead_id, [b"job", b"DEAD"])
+    assert count == 2  # delivered to the dead worker, then to the rescuer
+    assert dropped == 0
+    assert pending_consumers(rclient, stream) == {b"live": 1000, b"rescuer": 1}
 
 
-def test_ack_stream_of_an_unknown_entry_acks_nothing(
+def test_reclaim_takes_nothing_that_is_not_idle_long_enough(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    ids = enqueue(scripts, keys, ("a", "low", b"A"))
-    read(scripts, keys, 1, [0, 0, 1])
-    acked = run(scripts, "ack_stream", [keys.stream("q", "low"), keys.job("z")], [GROUP, "1-1"])
-    assert acked == 0
-    assert rclient.get(keys.job("a")) == ids[0]
-    assert rclient.xpending(keys.stream("q", "low"), GROUP)["pending"] == 1
+    enqueue(scripts, keys, ("a", "low", b"A"), ("b", "low", b"B"))
+    read(scripts, keys, 2, [0, 0, 2], consumer="c1")
+    stream = keys.stream("q", "low")
+    assert reclaim(scripts, [stream], "c2", 600_000) == (0, "", {}, 0, 0)
+    assert pending_consumers(rclient, stream) == {b"c1": 2}
+
+
+def test_reclaim_skips_entries_deleted_while_pending(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    stream = keys.stream("q", "low")
+    gone, kept = enqueue(scripts, keys, ("gone", "low", b"G"), ("kept", "low", b"K"))
+    read(scripts, keys, 2, [0, 0, 2], consumer="dead")
+    rclient.xdel(stream, gone)  # pending, but its entry no longer exists
+    wait_until_sync(lambda: idle_ms(rclient, stream, kept) >= 100, message="entries idle")
+    # Missing streams (NOGROUP) come first in KEYS and are passed over.
+    missing = keys.stream("other", "low")
+    index, entry_id, fields, count, dropped = reclaim(scripts, [missing, stream], "c2", 50)
+    assert (index, entry_id, fields, count) == (2, kept.decode(), {b"job": b"K"}, 2)
+    assert dropped == 1
+    # Redis 7 dropped the deleted entry from the PEL on the XCLAIM: it is not tried again.
+    pending = rclient.xpending_range(stream, GROUP, "-", "+", 10)
+    assert [(row["message_id"], row["consumer"]) for row in pending] == [(kept, b"c2")]
+    assert reclaim(scripts, [missing, stream], "c3", 600_000)[0] == 0
 
 
 async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys: Keys) -> None:
@@ -313,7 +495,9 @@ async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys
         scripts = AsyncScripts(client)
 
         def call(job_id: str, payload: bytes) -> ScriptCall:
-            script_keys = [keys.job(job_id), keys.stream("q", "low"), keys.delayed("q", "low")]
+            script_keys = [
+                keys.job(job_id), keys.stream("q", "low"), keys.delayed("q", "low"), keys.wake()
+            ]  # fmt: skip
             return ScriptCall("enqueue_stream", script_keys, [payload, 0])
 
         one = await scripts.run(call("a", b"A"))

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from lockgate import BrokerError, ConfigError, ConnectionFailed, ScriptError
 from lockgate.broker import (
@@ -29,6 +30,60 @@ def test_masked_hides_only_the_password() -> None:
     assert masked("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
     assert masked("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
     assert masked("redis://host:6379/0") == "redis://host:6379/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://h:6379/0?password=s3cret", "redis://h:6379/0?password=***"),
+        ("rediss://h/0?ssl_password=s3cret&db=2", "rediss://h/0?ssl_password=***&db=2"),
+        ("redis://h/0?db=1&PASSWORD=s3cret", "redis://h/0?db=1&PASSWORD=***"),
+        ("redis://h/0?passwd=s3cret&token=s3cret", "redis://h/0?passwd=***&token=***"),
+        ("redis://h/0?client_secret=s3cret", "redis://h/0?client_secret=***"),
+        (
+            "redis://h/0?api_key=s3cret&ssl_keyfile=/k.pem",
+            "redis://h/0?api_key=***&ssl_keyfile=/k.pem",
+        ),
+        ("redis://u:s3cret@h/0?password=s3cret", "redis://u:***@h/0?password=***"),
+        ("redis://:p%40ss%3Aword@h/0", "redis://:***@h/0"),
+        ("redis://:pa@ss@h/0", "redis://:***@h/0"),
+        ("redis://h/0?password=", "redis://h/0?password=***"),
+    ],
+)
+def test_masked_hides_secrets_in_the_query(url: str, expected: str) -> None:
+    assert masked(url) == expected
+    assert "s3cret" not in masked(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://user@h:6379/0",
+        "rediss://h:6380/1?ssl_cert_reqs=none&socket_timeout=2.5&client_name=a%20b",
+        "unix:///var/run/redis.sock?db=3",
+        "redis://[::1]:6379/0?db=1#frag",
+        "redis://h/0?password",
+        "not a url",
+        "",
+    ],
+)
+def test_masked_leaves_urls_without_secrets_alone(url: str) -> None:
+    assert masked(url) == url
+
+
+def test_masked_handles_unix_urls() -> None:
+    assert masked("unix://:s3cret@/tmp/r.sock?db=0") == "unix://:***@/tmp/r.sock?db=0"
+    assert (
+        masked("unix://u:s3cret@/tmp/r.sock?db=0&password=s3cret")
+        == "unix://u:***@/tmp/r.sock?db=0&password=***"
+    )
+    assert masked("unix:///tmp/r.sock?password=s3cret") == "unix:///tmp/r.sock?password=***"
+
+
+def test_masked_never_raises_on_a_malformed_url() -> None:
+    # urlsplit raises on an unclosed IPv6 bracket; a message about a bad URL must still print.
+    assert masked("redis://:s3cret@[::1/0?password=s3cret") == "redis://:***@[::1/0?password=***"
 
 
 @pytest.mark.parametrize(
@@ -66,6 +121,69 @@ def test_translated_lets_other_errors_through() -> None:
 def test_clients_reject_urls_that_are_not_redis(factory: object) -> None:
     with pytest.raises(ConfigError, match="invalid Redis URL"):
         factory("http://example.com")  # type: ignore[operator]
+    for url in ("http://:s3cret@h/0?password=s3cret", "redis://:s3cret@[::1/0?password=s3cret"):
+        with pytest.raises(ConfigError, match="invalid Redis URL") as info:
+            factory(url)  # type: ignore[operator]
+        assert "s3cret" not in str(info.value)
+        assert "password=***" in str(info.value)
+
+
+async def test_async_clients_use_a_blocking_pool_of_the_callers_size() -> None:
+    client = async_client("redis://127.0.0.1:1/0", max_connections=7)
+    try:
+        pool = client.connection_pool
+        assert isinstance(pool, aioredis.BlockingConnectionPool)
+        assert pool.max_connections == 7
+        assert pool.timeout is not None and pool.timeout >= 30  # waits, then fails loudly
+        assert pool.connection_kwargs["socket_timeout"] == 5.0
+        assert pool.connection_kwargs["socket_connect_timeout"] > 0
+        assert pool.connection_kwargs["socket_keepalive"] is True
+    finally:
+        await client.aclose()
+    default = async_client("redis://127.0.0.1:1/0")
+    try:
+        assert isinstance(default.connection_pool, aioredis.BlockingConnectionPool)
+        assert default.connection_pool.max_connections >= 50
+    finally:
+        await default.aclose()
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_async_client_rejects_an_empty_pool(size: int) -> None:
+    with pytest.raises(ConfigError, match="max_connections"):
+        async_client("redis://127.0.0.1:1/0", max_connections=size)
+
+
+async def test_unix_urls_get_no_tcp_options() -> None:
+    client = async_client("unix:///tmp/nowhere.sock?db=3")
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert client.connection_pool.connection_class is aioredis.UnixDomainSocketConnection
+        assert (kwargs["path"], kwargs["db"]) == ("/tmp/nowhere.sock", 3)
+        assert not {"socket_keepalive", "socket_keepalive_options"} & set(kwargs)
+        assert kwargs["socket_connect_timeout"] > 0
+        # Building a connection is where a TCP option on a Unix socket raised TypeError.
+        client.connection_pool.make_connection()
+    finally:
+        await client.aclose()
+    sync = sync_client("unix:///tmp/nowhere.sock?db=3")
+    try:
+        assert not {"socket_keepalive", "socket_keepalive_options"} & set(
+            sync.connection_pool.connection_kwargs
+        )
+        sync.connection_pool.make_connection()
+    finally:
+        sync.close()
+
+
+def test_the_sync_client_has_connect_and_socket_timeouts() -> None:
+    client = sync_client("redis://127.0.0.1:1/0")
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert kwargs["socket_connect_timeout"] > 0
+        assert kwargs["socket_timeout"] > 0
+    finally:
+        client.close()
 
 
 def test_batches() -> None:
@@ -95,11 +213,12 @@ def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
     assert list(call.keys) == [
         keys.job("a"), keys.stream("q", "low"), keys.delayed("q", "low"),
         keys.job("b"), keys.stream("r", "critical"), keys.delayed("r", "critical"),
+        keys.wake(),
     ]  # fmt: skip
     assert list(call.args) == [b"data-a", 0, b"data-b", 1500]
     assert plan.positions == [[0, 1]]
     many = StreamProducer(keys).plan_enqueue([outgoing(f"j{n}", "q", "low") for n in range(501)])
-    assert [len(c.keys) for c in many.calls] == [1500, 3]
+    assert [len(c.keys) for c in many.calls] == [1501, 4]
     assert [len(c.args) for c in many.calls] == [1000, 2]
     assert many.positions == [list(range(500)), [500]]
 
@@ -122,7 +241,7 @@ def test_sorted_plan_groups_jobs_by_queue_with_four_values_each() -> None:
         q.payloads,
         q.ranks,
         q.clock,
-        q.wakeup,
+        q.wake,
         q.delayed,
         keys.job("a"),
         keys.job("c"),

@@ -7,7 +7,8 @@
 -- Returns: how many entries were kept.
 local kept = 0
 for i = 3, #ARGV do
-  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  local row = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if row.err then row = {} end  -- the stream or group is gone: nothing to keep
   if #row == 1 and row[1][2] == ARGV[2] then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
     kept = kept + 1

@@ -23,7 +23,9 @@
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned = 0
-local row = redis.call('XPENDING', stream, group, id, id, 1)
+-- A stream or group that is gone (FLUSHALL, a restart without persistence): not ours.
+local row = redis.pcall('XPENDING', stream, group, id, id, 1)
+if row.err then row = {} end
 if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   owned = 1
   redis.call('XACK', stream, group, id)

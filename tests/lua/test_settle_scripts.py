@@ -1,0 +1,614 @@
+"""The settle scripts (one owner-checked call per job end) and the claims they write.
+
+settle_stream and settle_sorted apply a run's outcome (done, retry, dead, abandoned) only
+while the entry or take is still this worker's, and act on the idempotency claim in the
+same call. The claim rules (a done marker over a lapsed claim, never over another owner's
+live one) are the same for both, so the cases are shared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
+
+from conftest import wait_until_sync
+from lockgate.keys import GROUP, Keys, SortedKeys
+from lockgate.lua import ScriptCall, SyncScripts, source
+
+TTL_MS = 3_600_000
+LEASE_MS = 60_000
+TOKEN, OTHER = "tok", "other"
+LETTER = {"job_id": "a", "reason": "boom"}
+
+
+def run(scripts: SyncScripts, name: Any, script_keys: list[str], args: list[Any]) -> Any:
+    return scripts.run_all([ScriptCall(name, script_keys, args)])[0]
+
+
+def now_ms(rclient: redis.Redis) -> int:
+    seconds, micros = rclient.time()
+    return seconds * 1000 + micros // 1000
+
+
+def now_us(rclient: redis.Redis) -> int:
+    seconds, micros = rclient.time()
+    return seconds * 1_000_000 + micros
+
+
+@pytest.fixture
+def claim(keys: Keys) -> str:
+    return keys.job_claim("charge", "a")
+
+
+def hold(rclient: redis.Redis, claim: str, value: str | None) -> None:
+    """Put a claim in a state: 'c:<token>' (live, with a lease), 'd:<token>', or absent."""
+    if value is not None:
+        rclient.set(claim, value, px=LEASE_MS)
+
+
+def assert_done_marker(rclient: redis.Redis, claim: str, token: str) -> None:
+    assert rclient.get(claim) == f"d:{token}".encode()
+    assert TTL_MS - 60_000 < rclient.pttl(claim) <= TTL_MS  # the done marker's TTL
+
+
+def test_the_scripts_document_their_keys_and_args() -> None:
+    for name in ("settle_stream", "settle_sorted"):
+        text = source(name)
+        assert text.startswith(f"-- {name}.lua")
+        assert "-- KEYS" in text and "-- ARGV" in text
+
+
+class StreamJob:
+    """Job 'a' as one stream entry of queue 'q' (level 'low'), delivered to consumer c1."""
+
+    def __init__(self, scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> None:
+        self.scripts, self.keys, self.rclient = scripts, keys, rclient
+        self.stream = keys.stream("q", "low")
+        self.delayed = keys.delayed("q", "low")
+        self.marker = keys.job("a")
+        rclient.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        self.entry_id = rclient.xadd(self.stream, {"job": "A"}).decode()
+        rclient.set(self.marker, self.entry_id)  # what enqueue_stream writes
+        rclient.xreadgroup(GROUP, "c1", {self.stream: ">"}, count=1)
+
+    def settle(
+        self,
+        kind: str,
+        *,
+        consumer: str = "c1",
+        claim: str | None = None,
+        token: str = "",
+        action: str = "keep",
+        next_job: bytes = b"",
+        delay_ms: int = 0,
+        max_len: int = 0,
+        max_age_ms: int = 0,
+        letter: dict[str, str] | None = None,
+    ) -> list[int]:
+        """settle_stream with the ARGV layout of ``StreamConsumer.settle_call``."""
+        keys = self.keys
+        script_keys = [self.stream, self.marker, self.delayed, keys.dead(), keys.wake()]
+        if claim is not None:
+            script_keys.append(claim)
+        args: list[Any] = [
+            GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, next_job, delay_ms,
+            max_len, max_age_ms,
+        ]  # fmt: skip
+        for name, value in (letter or {}).items():
+            args += [name, value]
+        return list(run(self.scripts, "settle_stream", script_keys, args))
+
+    def pending(self) -> list[tuple[str, bytes]]:
+        rows = self.rclient.xpending_range(self.stream, GROUP, "-", "+", 10)
+        return [(row["message_id"].decode(), row["consumer"]) for row in rows]
+
+    def in_stream(self) -> bool:
+        return bool(self.rclient.xrange(self.stream, self.entry_id, self.entry_id))
+
+    def settled(self) -> bool:
+        """The entry is acked and deleted."""
+        return not self.in_stream() and self.pending() == []
+
+    def untouched(self, owner: bytes = b"c1") -> bool:
+        """The entry is still in the stream, pending for ``owner``, its marker intact."""
+        return (
+            self.in_stream()
+            and self.pending() == [(self.entry_id, owner)]
+            and self.rclient.get(self.marker) == self.entry_id.encode()
+        )
+
+
+@pytest.fixture
+def job(scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> StreamJob:
+    return StreamJob(scripts, keys, rclient)
+
+
+# (claim before the settle, claim action applied?, claim after)
+DONE_CLAIMS = [
+    pytest.param(f"c:{TOKEN}", 1, f"d:{TOKEN}", id="ours"),
+    pytest.param(None, 1, f"d:{TOKEN}", id="lapsed"),
+    pytest.param(f"c:{OTHER}", 0, f"c:{OTHER}", id="another-owners-live-claim"),
+    pytest.param(f"d:{OTHER}", 0, f"d:{OTHER}", id="another-owners-done-marker"),
+]
+
+
+@pytest.mark.parametrize(("before", "applied", "after"), DONE_CLAIMS)
+def test_settle_stream_done_acks_deletes_frees_and_marks_done(
+    job: StreamJob, rclient: redis.Redis, claim: str, before: str | None, applied: int, after: str
+) -> None:
+    hold(rclient, claim, before)
+    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [1, applied]
+    assert job.settled()
+    assert not rclient.exists(job.marker)  # the job id is free for a new enqueue
+    if after.startswith("d:") and applied:
+        assert_done_marker(rclient, claim, TOKEN)
+    else:
+        assert rclient.get(claim) == after.encode()
+    assert not rclient.exists(job.delayed, job.keys.dead(), job.keys.wake())
+
+
+def test_settle_stream_done_again_reports_the_done_marker_already_written(
+    job: StreamJob, rclient: redis.Redis, claim: str
+) -> None:
+    """The first reply was lost (connection cut after the call ran): the retried call
+    finds the entry gone but its own done marker, and says the claim action applied."""
+    hold(rclient, claim, f"c:{TOKEN}")
+    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [1, 1]
+    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [0, 1]
+    assert_done_marker(rclient, claim, TOKEN)
+
+
+def test_settle_stream_done_without_a_claim(job: StreamJob, rclient: redis.Redis) -> None:
+    assert job.settle("done") == [1, 0]
+    assert job.settled() and not rclient.exists(job.marker)
+
+
+@pytest.mark.parametrize(
+    ("before", "applied"), [pytest.param(f"c:{TOKEN}", 1, id="ours"), (f"c:{OTHER}", 0)]
+)
+def test_settle_stream_retry_schedules_the_next_attempt(
+    job: StreamJob, rclient: redis.Redis, claim: str, before: str, applied: int
+) -> None:
+    hold(rclient, claim, before)
+    start = now_ms(rclient)
+    reply = job.settle(
+        "retry", claim=claim, token=TOKEN, action="release", next_job=b"NEXT", delay_ms=5_000
+    )
+    end = now_ms(rclient)
+    assert reply == [1, applied]
+    assert job.settled()
+    ((payload, due),) = rclient.zrange(job.delayed, 0, -1, withscores=True)
+    assert payload == b"NEXT"
+    assert start + 5_000 <= due <= end + 5_000  # by the server's clock
+    # Idle workers blocked on the wake stream re-read their next due time.
+    ((_, fields),) = rclient.xrange(job.keys.wake())
+    assert fields == {b"due": b"5000"}
+    # The id stays taken: the next attempt is on its way.
+    assert rclient.get(job.marker) == job.entry_id.encode()
+    assert rclient.get(claim) == (None if applied else before.encode())
+
+
+def test_settle_stream_dead_writes_the_letter_and_frees_the_job(
+    job: StreamJob, rclient: redis.Redis, claim: str
+) -> None:
+    hold(rclient, claim, f"c:{TOKEN}")
+    reply = job.settle("dead", claim=claim, token=TOKEN, action="release", letter=LETTER)
+    assert reply == [1, 1]
+    assert job.settled()
+    ((_, fields),) = rclient.xrange(job.keys.dead())
+    assert fields == {k.encode(): v.encode() for k, v in LETTER.items()}
+    assert not rclient.exists(job.marker, claim)
+    assert not rclient.exists(job.delayed, job.keys.wake())
+
+
+def fill_dead_letters(rclient: redis.Redis, dead: str, count: int, *, old: bool) -> None:
+    """Add letters to a dead-letter stream: new ones, or ones with ids from 1970."""
+    with rclient.pipeline(transaction=False) as pipe:
+        for n in range(count):
+            pipe.xadd(dead, {"job_id": f"old{n}"}, id=f"1-{n + 1}" if old else "*")
+        pipe.execute()
+
+
+def test_settle_stream_dead_trims_the_letters_by_length(
+    job: StreamJob, rclient: redis.Redis
+) -> None:
+    dead = job.keys.dead()
+    fill_dead_letters(rclient, dead, 999, old=False)
+    assert job.settle("dead", max_len=10, letter=LETTER) == [1, 0]
+    # MAXLEN ~ drops whole macro nodes only (100 entries each by default): far fewer than
+    # 1,000 are left, never fewer than 10, and the newest letter is kept.
+    assert 10 <= rclient.xlen(dead) < 500
+    ((_, fields),) = rclient.xrevrange(dead, count=1)
+    assert fields[b"reason"] == b"boom"
+
+
+def test_settle_stream_dead_trims_the_letters_by_age(job: StreamJob, rclient: redis.Redis) -> None:
+    dead = job.keys.dead()
+    fill_dead_letters(rclient, dead, 1000, old=True)
+    assert job.settle("dead", max_age_ms=60_000, letter=LETTER) == [1, 0]
+    assert rclient.xlen(dead) < 500  # MINID ~ dropped the old letters' nodes
+    ((_, fields),) = rclient.xrevrange(dead, count=1)
+    assert fields[b"reason"] == b"boom"
+
+
+def test_settle_stream_dead_with_no_limits_keeps_every_letter(
+    job: StreamJob, rclient: redis.Redis
+) -> None:
+    fill_dead_letters(rclient, job.keys.dead(), 999, old=True)
+    assert job.settle("dead", letter=LETTER) == [1, 0]
+    assert rclient.xlen(job.keys.dead()) == 1000
+
+
+@pytest.mark.parametrize("kind", ["done", "retry", "dead"])
+def test_a_zombies_settle_leaves_the_entry_another_worker_reclaimed(
+    job: StreamJob, rclient: redis.Redis, claim: str, kind: str
+) -> None:
+    """Defect 7: c1 was paused past the visibility timeout; c2 reclaimed the entry and runs
+    it (holding the claim). c1 wakes and settles: nothing of c2's job may change."""
+    rclient.xclaim(job.stream, GROUP, "c2", 0, [job.entry_id])  # what reclaim_stream does
+    hold(rclient, claim, f"c:{OTHER}")
+    reply = job.settle(
+        kind, claim=claim, token=TOKEN, action="done" if kind == "done" else "release",
+        next_job=b"NEXT", delay_ms=1, max_len=10, letter=LETTER,
+    )  # fmt: skip
+    assert reply == [0, 0]
+    assert job.untouched(owner=b"c2")
+    assert rclient.get(claim) == f"c:{OTHER}".encode()
+    assert not rclient.exists(job.delayed, job.keys.wake(), job.keys.dead())
+    # c2, the owner, settles it.
+    assert job.settle("done", consumer="c2", claim=claim, token=OTHER, action="done") == [1, 1]
+    assert job.settled()
+    assert_done_marker(rclient, claim, OTHER)
+
+
+def test_a_zombies_settle_of_a_finished_and_requeued_job_frees_nothing(
+    job: StreamJob, rclient: redis.Redis
+) -> None:
+    """c2 reclaimed the entry and finished it; the id was enqueued again. c1's late settle
+    must not free the id of the newer job."""
+    rclient.xclaim(job.stream, GROUP, "c2", 0, [job.entry_id])
+    assert job.settle("done", consumer="c2") == [1, 0]
+    newer = rclient.xadd(job.stream, {"job": "A again"})
+    rclient.set(job.marker, newer)
+    assert job.settle("done") == [0, 0]
+    assert rclient.get(job.marker) == newer
+    assert [entry_id for entry_id, _ in rclient.xrange(job.stream)] == [newer]
+
+
+@pytest.mark.parametrize(
+    ("action", "before", "applied", "after"),
+    [
+        pytest.param("release", f"c:{TOKEN}", 1, None, id="release-ours"),
+        pytest.param("release", f"c:{OTHER}", 0, f"c:{OTHER}", id="release-another-owners"),
+        pytest.param("keep", f"c:{TOKEN}", 0, f"c:{TOKEN}", id="keep"),
+    ],
+)
+def test_settle_stream_abandoned_touches_only_the_claim(
+    job: StreamJob,
+    rclient: redis.Redis,
+    claim: str,
+    action: str,
+    before: str,
+    applied: int,
+    after: str | None,
+) -> None:
+    hold(rclient, claim, before)
+    assert job.settle("abandoned", claim=claim, token=TOKEN, action=action) == [0, applied]
+    assert job.untouched()  # another worker reclaims it once this one stops heartbeating
+    assert rclient.get(claim) == (after.encode() if after else None)
+
+
+def test_settle_stream_after_the_group_is_gone_settles_nothing_but_the_claim(
+    job: StreamJob, rclient: redis.Redis, claim: str
+) -> None:
+    rclient.delete(job.stream)  # as FLUSHALL or a restart without persistence would
+    hold(rclient, claim, f"c:{TOKEN}")
+    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [0, 1]
+    assert_done_marker(rclient, claim, TOKEN)
+
+
+@pytest.mark.parametrize("kind", ["done", "retry", "dead"])
+def test_settle_stream_lands_under_oom(tmp_path: Path, kind: str) -> None:
+    """With maxmemory + noeviction, Redis refuses a script's first memory-growing write but
+    not one after a write: the XACK comes first, so a settle lands and frees memory."""
+    with private_redis(tmp_path, *TIGHT_MEMORY) as client:
+        keys = Keys("oom")
+        job = StreamJob(SyncScripts(client), keys, client)
+        claim = keys.job_claim("charge", "a")
+        hold(client, claim, f"c:{TOKEN}")
+        fill_memory(client, f"{keys.prefix}:junk")
+        action = "done" if kind == "done" else "release"
+        reply = job.settle(
+            kind, claim=claim, token=TOKEN, action=action, next_job=b"NEXT", delay_ms=1,
+            letter=LETTER,
+        )  # fmt: skip
+        assert reply == [1, 1]
+        assert job.settled()
+        assert client.zcard(job.delayed) == (1 if kind == "retry" else 0)
+        assert client.xlen(keys.dead()) == (1 if kind == "dead" else 0)
+        assert client.get(claim) == (f"d:{TOKEN}".encode() if kind == "done" else None)
+
+
+class SortedJob:
+    """Job 'a' of sorted-backend queue 'q', enqueued (rank boosted by nothing)."""
+
+    def __init__(self, scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> None:
+        self.scripts, self.keys, self.rclient = scripts, keys, rclient
+        self.q: SortedKeys = keys.sorted_keys("q")
+        self.marker = keys.job("a")
+        q = self.q
+        script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed, self.marker]
+        assert run(scripts, "enqueue_sorted", script_keys, ["a", 0, "PA", 0]) == [1]
+
+    def take(self, consumer: str, lease_ms: int = LEASE_MS) -> bytes:
+        """take_sorted by one worker; the owner token of its take of 'a'."""
+        q = self.q
+        taken, _, _, _ = run(
+            self.scripts,
+            "take_sorted",
+            [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+            [1, lease_ms, consumer],
+        )
+        assert taken[0] == b"a", taken
+        return bytes(taken[3])
+
+    def settle(
+        self,
+        owner: bytes,
+        kind: str,
+        *,
+        claim: str | None = None,
+        token: str = "",
+        action: str = "keep",
+        next_job: bytes = b"",
+        delay_ms: int = 0,
+        boost_us: int = 0,
+        max_len: int = 0,
+        letter: dict[str, str] | None = None,
+    ) -> list[int]:
+        """settle_sorted with the ARGV layout of ``SortedConsumer.settle_call``."""
+        q = self.q
+        script_keys = [
+            q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
+            self.keys.dead(), q.wake, self.marker,
+        ]  # fmt: skip
+        if claim is not None:
+            script_keys.append(claim)
+        args: list[Any] = [
+            "a", owner, kind, token, action, TTL_MS, next_job, delay_ms, boost_us, max_len, 0,
+        ]  # fmt: skip
+        for name, value in (letter or {}).items():
+            args += [name, value]
+        return list(run(self.scripts, "settle_sorted", script_keys, args))
+
+    def state(self) -> dict[str, Any]:
+        """Everything a settle may change about job 'a' (besides its claim)."""
+        r, q = self.rclient, self.q
+        return {
+            "inflight": r.zscore(q.inflight, "a"),
+            "waiting": r.zscore(q.waiting, "a"),
+            "delayed": r.zscore(q.delayed, "a"),
+            "payload": r.hget(q.payloads, "a"),
+            "rank": r.hget(q.ranks, "a"),
+            "deliveries": r.hget(q.deliveries, "a"),
+            "owner": r.hget(q.owners, "a"),
+            "marker": r.get(self.marker),
+            "wake": r.xlen(q.wake),
+            "dead": r.xlen(self.keys.dead()),
+        }
+
+    def gone(self) -> bool:
+        """Nothing of job 'a' is left but (maybe) its dead letter and claim."""
+        state = self.state()
+        return all(state[name] is None for name in state if name not in ("wake", "dead"))
+
+
+@pytest.fixture
+def sorted_job(scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> SortedJob:
+    return SortedJob(scripts, keys, rclient)
+
+
+@pytest.mark.parametrize(("before", "applied", "after"), DONE_CLAIMS)
+def test_settle_sorted_done_finishes_the_job_and_marks_it_done(
+    sorted_job: SortedJob,
+    rclient: redis.Redis,
+    claim: str,
+    before: str | None,
+    applied: int,
+    after: str,
+) -> None:
+    owner = sorted_job.take("w1")
+    hold(rclient, claim, before)
+    assert sorted_job.settle(owner, "done", claim=claim, token=TOKEN, action="done") == [
+        1,
+        applied,
+    ]
+    assert sorted_job.gone()  # the job id is free for a new enqueue
+    if after.startswith("d:") and applied:
+        assert_done_marker(rclient, claim, TOKEN)
+    else:
+        assert rclient.get(claim) == after.encode()
+    # A lost reply: the retried call settles nothing more, and reports its done marker.
+    again = sorted_job.settle(owner, "done", claim=claim, token=TOKEN, action="done")
+    assert again == [0, applied]
+
+
+@pytest.mark.parametrize(
+    ("before", "applied"), [pytest.param(f"c:{TOKEN}", 1, id="ours"), (f"c:{OTHER}", 0)]
+)
+def test_settle_sorted_retry_schedules_the_next_attempt(
+    sorted_job: SortedJob, rclient: redis.Redis, claim: str, before: str, applied: int
+) -> None:
+    owner = sorted_job.take("w1")
+    hold(rclient, claim, before)
+    wakes = rclient.xlen(sorted_job.q.wake)
+    start_us = now_us(rclient)
+    reply = sorted_job.settle(
+        owner, "retry", claim=claim, token=TOKEN, action="release", next_job=b"NEXT",
+        delay_ms=5_000, boost_us=60_000_000,
+    )  # fmt: skip
+    end_us = now_us(rclient)
+    assert reply == [1, applied]
+    state = sorted_job.state()
+    assert (state["inflight"], state["owner"], state["deliveries"]) == (None, None, None)
+    assert state["payload"] == b"NEXT"
+    assert start_us // 1000 + 5_000 <= state["delayed"] <= end_us // 1000 + 5_000
+    # Its rank, once due: the due stamp, less its level's head start.
+    rank = int(state["rank"])
+    assert start_us + 5_000_000 - 60_000_000 <= rank <= end_us + 5_000_000 - 60_000_000
+    assert state["marker"] == b"sorted"  # the id stays taken
+    assert state["wake"] == wakes + 1
+    ((_, fields),) = rclient.xrevrange(sorted_job.q.wake, count=1)
+    assert fields == {b"due": b"5000"}
+    assert rclient.get(claim) == (None if applied else before.encode())
+
+
+def test_settle_sorted_dead_writes_the_letter_trims_and_frees_the_job(
+    sorted_job: SortedJob, rclient: redis.Redis, claim: str
+) -> None:
+    owner = sorted_job.take("w1")
+    hold(rclient, claim, f"c:{TOKEN}")
+    dead = sorted_job.keys.dead()
+    fill_dead_letters(rclient, dead, 999, old=False)
+    reply = sorted_job.settle(
+        owner, "dead", claim=claim, token=TOKEN, action="release", max_len=10, letter=LETTER
+    )
+    assert reply == [1, 1]
+    assert sorted_job.gone()
+    assert not rclient.exists(claim)
+    assert 10 <= rclient.xlen(dead) < 500
+    ((_, fields),) = rclient.xrevrange(dead, count=1)
+    assert fields == {k.encode(): v.encode() for k, v in LETTER.items()}
+
+
+@pytest.mark.parametrize("kind", ["done", "retry", "dead"])
+def test_a_settle_by_a_worker_whose_lease_lapsed_changes_nothing(
+    sorted_job: SortedJob, rclient: redis.Redis, claim: str, kind: str
+) -> None:
+    """w1 was paused past its lease; w2 took the job and runs it (holding the claim). w1
+    wakes and settles: nothing of w2's take may change."""
+    stale = sorted_job.take("w1", lease_ms=50)
+    deadline = rclient.zscore(sorted_job.q.inflight, "a")
+    wait_until_sync(lambda: now_ms(rclient) > deadline, message="w1's lease over")
+    current = sorted_job.take("w2")
+    assert current != stale
+    hold(rclient, claim, f"c:{OTHER}")
+    before = sorted_job.state()
+    reply = sorted_job.settle(
+        stale, kind, claim=claim, token=TOKEN, action="done" if kind == "done" else "release",
+        next_job=b"NEXT", delay_ms=1, letter=LETTER,
+    )  # fmt: skip
+    assert reply == [0, 0]
+    assert sorted_job.state() == before
+    assert rclient.get(claim) == f"c:{OTHER}".encode()
+    # w2, the owner, settles it.
+    assert sorted_job.settle(current, "done", claim=claim, token=OTHER, action="done") == [1, 1]
+    assert sorted_job.gone()
+    assert_done_marker(rclient, claim, OTHER)
+
+
+def test_a_settle_after_the_lease_lapsed_and_the_job_went_back_changes_nothing(
+    sorted_job: SortedJob, scripts: SyncScripts, rclient: redis.Redis
+) -> None:
+    """The lease lapsed and a take put the job back in waiting; nobody runs it yet. The old
+    owner's settle must not finish it: it will run again (as a redelivery)."""
+    owner = sorted_job.take("w1")
+    rclient.zadd(sorted_job.q.inflight, {"a": 1})  # w1's lease ended long ago
+    q = sorted_job.q
+    run(
+        scripts,
+        "take_sorted",
+        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+        [0, LEASE_MS, "w2"],
+    )
+    before = sorted_job.state()
+    assert before["waiting"] is not None
+    assert sorted_job.settle(owner, "done") == [0, 0]
+    assert sorted_job.state() == before
+
+
+@pytest.mark.parametrize(
+    ("action", "before", "applied", "after"),
+    [
+        pytest.param("release", f"c:{TOKEN}", 1, None, id="release-ours"),
+        pytest.param("release", f"c:{OTHER}", 0, f"c:{OTHER}", id="release-another-owners"),
+        pytest.param("keep", f"c:{TOKEN}", 0, f"c:{TOKEN}", id="keep"),
+    ],
+)
+def test_settle_sorted_abandoned_touches_only_the_claim(
+    sorted_job: SortedJob,
+    rclient: redis.Redis,
+    claim: str,
+    action: str,
+    before: str,
+    applied: int,
+    after: str | None,
+) -> None:
+    owner = sorted_job.take("w1")
+    hold(rclient, claim, before)
+    state = sorted_job.state()
+    reply = sorted_job.settle(owner, "abandoned", claim=claim, token=TOKEN, action=action)
+    assert reply == [0, applied]
+    assert sorted_job.state() == state  # its lease lapses; another worker takes it
+    assert rclient.get(claim) == (after.encode() if after else None)
+
+
+def test_settle_sorted_lands_under_oom(tmp_path: Path) -> None:
+    with private_redis(tmp_path, *TIGHT_MEMORY) as client:
+        keys = Keys("oom")
+        job = SortedJob(SyncScripts(client), keys, client)
+        owner = job.take("w1")
+        claim = keys.job_claim("charge", "a")
+        hold(client, claim, f"c:{TOKEN}")
+        fill_memory(client, f"{keys.prefix}:junk")
+        assert job.settle(owner, "done", claim=claim, token=TOKEN, action="done") == [1, 1]
+        assert job.gone()
+        assert client.get(claim) == f"d:{TOKEN}".encode()
+
+
+def idem_claim(scripts: SyncScripts, keys: Keys, legacy: bool = True) -> list[int]:
+    script_keys = [keys.job_claim("charge", "a")]
+    if legacy:
+        script_keys.append(keys.legacy_job_claim("a"))
+    return list(run(scripts, "idem_claim", script_keys, [TOKEN, LEASE_MS]))
+
+
+def test_idem_claim_honours_a_legacy_done_marker(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    rclient.set(keys.legacy_job_claim("a"), "d:x", px=TTL_MS)
+    assert idem_claim(scripts, keys) == [0, 0]
+    assert not rclient.exists(keys.job_claim("charge", "a"))
+    assert rclient.get(keys.legacy_job_claim("a")) == b"d:x"
+
+
+def test_idem_claim_honours_a_legacy_live_claim(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    rclient.set(keys.legacy_job_claim("a"), "c:x", px=5_000)
+    busy, left = idem_claim(scripts, keys)
+    assert busy == -1
+    assert 0 < left <= 5_000  # the time left on the old worker's lease
+    assert not rclient.exists(keys.job_claim("charge", "a"))
+
+
+def test_idem_claim_claims_when_no_legacy_key_exists(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    assert idem_claim(scripts, keys) == [1, 0]
+    key = keys.job_claim("charge", "a")
+    assert rclient.get(key) == f"c:{TOKEN}".encode()
+    assert LEASE_MS - 10_000 < rclient.pttl(key) <= LEASE_MS
+    assert not rclient.exists(keys.legacy_job_claim("a"))  # only read, never written
+    assert idem_claim(scripts, keys)[0] == -1  # the new key is honoured first
+
+
+def test_idem_claim_without_a_legacy_key_ignores_the_legacy_claim(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    rclient.set(keys.legacy_job_claim("a"), "d:x", px=TTL_MS)
+    assert idem_claim(scripts, keys, legacy=False) == [1, 0]
