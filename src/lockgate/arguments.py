@@ -117,6 +117,10 @@ class Schema:
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Check that arguments bind to the signature (their values are not checked).
 
+        Args:
+            args: positional arguments.
+            kwargs: keyword arguments.
+
         Raises:
             InvalidArguments: they do not.
         """
@@ -126,6 +130,10 @@ class Schema:
 
     def check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Check arguments at enqueue: they bind, fit their annotations and round-trip.
+
+        Args:
+            args: positional arguments, as given to ``enqueue``.
+            kwargs: keyword arguments, as given to ``enqueue``.
 
         Raises:
             InvalidArguments: they do not bind, or a value does not fit its annotation.
@@ -162,6 +170,10 @@ class Schema:
 
         Conversion is lenient (``strict=False``: ``"5"`` becomes ``5`` for an ``int``),
         so producers in other languages can send the JSON form they have.
+
+        Args:
+            args: the job's positional arguments, as decoded.
+            kwargs: the job's keyword arguments, as decoded.
 
         Returns:
             The arguments to call the task with (the given lists when nothing converts).

@@ -176,6 +176,7 @@ def enqueue(
     args = _json_arg(args_json, list, "--args")
     kwargs = _json_arg(kwargs_json, dict, "--kwargs")
     with reported_errors():
+        args, kwargs = task.prepare(args, kwargs)  # JSON text to the annotated types
         result = task.enqueue(*args, job_id=job_id, priority=priority, **kwargs)
     state = "enqueued" if result.created else "already queued or running (not enqueued)"
     click.echo(f"{result.job_id} {state}")

@@ -96,7 +96,7 @@ class Settler:
                 continue
             delay = reconnect_delay(self.failures)
             self.failures += 1
-            await _first(asyncio.sleep(delay), self._wake.wait())
+            await asyncio.sleep(delay)  # new endings join the next try
 
     async def flush(self) -> bool:
         """Send every queued ending once; True when nothing failed.
