@@ -187,8 +187,8 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except LockgateError as e:
-                if classify(e) == "fatal":
-                    log.error("%s: %s; the worker stops", name, e)
+                if classify(e) == "fatal":  # run() raises it: one line from the CLI
+                    log.debug("%s: %s; the worker stops", name, e)
                     self._fail(e)
                     return
                 delay = reconnect_delay(failures)
