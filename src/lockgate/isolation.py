@@ -16,10 +16,13 @@ How the child is made and kept apart from the parent:
 - The parent flushes ``sys.stdout`` and ``sys.stderr`` before forking, and the child
   leaves with ``os._exit``: no buffered output is written twice, no ``atexit`` handler
   or finaliser of the parent runs in the child.
-- SIGINT and SIGTERM go back to their defaults (a signal to the process group kills
-  the child; the parent's stop logic never runs there) and the signal wakeup fd is
-  dropped: it is the parent loop's self-pipe, so a signal caught in the child would
-  otherwise run the parent's handler.
+- SIGINT and SIGTERM are ignored: a stop sent to the whole process group (Ctrl-C in a
+  terminal, systemd's default stop) must not kill, mid-side-effect, a run its worker
+  means to wait for; the worker decides. And the child dies with its worker
+  (``PR_SET_PDEATHSIG`` on Linux): a worker that is SIGKILLed takes its children along,
+  as it would take its threads, so no orphan runs on with nobody left to settle its job.
+  The signal wakeup fd is dropped: it is the parent loop's self-pipe, so a signal caught
+  in the child would otherwise run the parent's handler.
 - Everything inherited from the parent is frozen out of the garbage collector
   (``gc.freeze``): the parent's unreachable objects are not finalised here (a finaliser
   could unregister a socket from the epoll instance both processes share), and their
@@ -49,6 +52,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import ctypes
 import gc
 import logging
 import math
@@ -69,6 +73,8 @@ from lockgate.errors import ConfigError
 log = logging.getLogger(__name__)
 
 EXIT_WORK_RAISED = 70  # sysexits' EX_SOFTWARE: the child's work raised (traceback on stderr)
+EXIT_PARENT_GONE = 71  # the worker died while the child was being made
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The report is framed by its length, so a child that leaves early with code 0 (work
 # calling os._exit(0)) is not mistaken for one that reported empty bytes.
 _HEADER = struct.Struct("!Q")
@@ -164,6 +170,7 @@ def _fork_and_wait(
         if stream is not None:  # buffered output would otherwise be written twice
             with contextlib.suppress(Exception):
                 stream.flush()
+    parent = os.getpid()
     with _LOCK:
         read_end, write_end = os.pipe()
         try:
@@ -173,7 +180,7 @@ def _fork_and_wait(
             os.close(write_end)
             raise
         if pid == 0:  # pragma: no cover - the child; coverage does not follow it
-            _child(work, context, read_end, write_end)
+            _child(work, context, read_end, write_end, parent)
         os.close(write_end)
         _READ_ENDS.add(read_end)
     try:
@@ -185,12 +192,16 @@ def _fork_and_wait(
 
 
 def _child(
-    work: Callable[[], bytes], context: contextvars.Context, read_end: int, write_end: int
+    work: Callable[[], bytes],
+    context: contextvars.Context,
+    read_end: int,
+    write_end: int,
+    parent: int,
 ) -> NoReturn:  # pragma: no cover - runs only in the child
     code = EXIT_WORK_RAISED
     try:
         os.close(read_end)
-        _settle_in()
+        _settle_in(parent)
         report = context.run(work)
         if not isinstance(report, bytes):
             raise TypeError(f"a child's work must return bytes, not {type(report).__name__}")
@@ -208,14 +219,25 @@ def _child(
         os._exit(code)
 
 
-def _settle_in() -> None:  # pragma: no cover - runs only in the child
+def _settle_in(parent: int) -> None:  # pragma: no cover - runs only in the child
     """Detach the new child from the parent's signal handling and garbage."""
     gc.freeze()
     # The forking thread is the child's main thread now, so the signal calls are allowed.
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.signal(signum, signal.SIG_IGN)
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover - runs only in the child
+    """Ask Linux to SIGKILL this process when the thread that forked it ends."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: an orphan finishes its run alone
+        return
+    if os.getppid() != parent:  # the worker died before the request was made
+        os._exit(EXIT_PARENT_GONE)
 
 
 def _send(fd: int, report: bytes) -> None:  # pragma: no cover - runs only in the child
