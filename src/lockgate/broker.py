@@ -179,8 +179,11 @@ class Consumer(Protocol):
             BrokerError: the round trip itself failed (nothing or some applied).
         """
 
-    async def reclaim(self, min_idle: float) -> Delivery | None:
-        """Take over one job another worker left (streams); None when there is none."""
+    async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
+        """Take over one job a worker left (streams); None when there is none.
+
+        ``running``: refs this worker still runs or settles, never taken again.
+        """
 
     async def forget_consumers(self, min_idle: float) -> int:
         """Remove consumers that are gone and own nothing."""

@@ -165,7 +165,7 @@ class SortedConsumer:
         with translated(self._url):
             return await self._scripts.run_each(calls)
 
-    async def reclaim(self, min_idle: float) -> Delivery | None:
+    async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         return None  # expired leases come back through read()
 
     async def forget_consumers(self, min_idle: float) -> int:

@@ -180,13 +180,13 @@ class StreamConsumer:
         with translated(self._url):
             return await self._scripts.run_each(calls)
 
-    async def reclaim(self, min_idle: float) -> Delivery | None:
+    async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         # Rotate the order so a stream with a steady trickle cannot hide another's.
         streams = list(self._places)
         shift = self._reclaim_turn % len(streams)
         self._reclaim_turn += 1
         streams = streams[shift:] + streams[:shift]
-        args: list[Arg] = [GROUP, self._consumer, max(1, round(min_idle * 1000))]
+        args: list[Arg] = [GROUP, self._consumer, max(1, round(min_idle * 1000)), *running]
         with translated(self._url):
             index, entry_id, fields, count, _ = await self._scripts.run(
                 ScriptCall("reclaim_stream", streams, args)

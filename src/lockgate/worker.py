@@ -251,7 +251,9 @@ class Worker:
         """Take over one job a dead worker left; True when one was taken."""
         assert self._consumer is not None
         visibility = self.config.visibility_seconds
-        delivery = await self._consumer.reclaim(visibility)
+        assert self._settler is not None
+        mine = [d.ref for d in (*self._running.values(), *self._settler.unsettled)]
+        delivery = await self._consumer.reclaim(visibility, mine)
         if delivery is None:
             self._next_reclaim = time.monotonic() + visibility / 2
             self._reclaim_rounds += 1

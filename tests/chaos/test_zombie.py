@@ -1,0 +1,158 @@
+"""A zombie worker (SIGSTOP past the visibility timeout, then SIGCONT) settles nothing.
+
+Issue 8, defect 7: the paused worker's ack used to free the job another worker had
+reclaimed and was still running; the job id was freed and a new enqueue with that id was
+accepted and ran at the same time. The settle now checks, in the same script call, that
+the entry is still pending for this consumer.
+
+The workers are real processes (``zombie_app.py``); their runs record themselves in Redis
+and wait until the test releases them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import wait_until_sync
+from lockgate import App
+from lockgate.keys import GROUP
+
+pytestmark = pytest.mark.chaos
+
+HERE = Path(__file__).parent
+VISIBILITY = 1.0
+STOPPED = re.compile(r"worker \S+ stopped: (\d+) done, (\d+) retried, (\d+) dead-lettered")
+
+
+class Proc:
+    """A worker subprocess and its log file."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path) -> None:
+        self.popen = popen
+        self.log = log
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self) -> tuple[int, int, int]:
+        """SIGTERM, wait for the exit; (done, retried, dead-lettered) from its last line."""
+        self.popen.send_signal(signal.SIGTERM)
+        assert self.popen.wait(timeout=30) == 0, self.tail()
+        (counts,) = STOPPED.findall(self.text())
+        done, retried, dead = (int(n) for n in counts)
+        return done, retried, dead
+
+
+@pytest.fixture
+def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[[], Proc]]:
+    """Start ``zombie_app.py`` workers; any still running at teardown are resumed and killed."""
+    procs: list[Proc] = []
+    env = dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
+
+    def start() -> Proc:
+        log = tmp_path / f"worker-{len(procs)}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "zombie_app.py", str(VISIBILITY)],
+                cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        procs.append(Proc(popen, log))
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        if proc.alive():
+            proc.popen.send_signal(signal.SIGCONT)
+            proc.popen.kill()
+        proc.popen.wait(timeout=30)
+
+
+def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
+) -> None:
+    app = make_app()
+
+    @app.task(retries=0)
+    def slow(tag: str) -> None: ...
+
+    def key(name: str) -> str:
+        return f"{app.keys.prefix}:test:{name}"
+
+    def started() -> list[int]:
+        return [int(pid) for pid in rclient.lrange(key("started"), 0, -1)]
+
+    def finished() -> list[int]:
+        return [int(pid) for pid in rclient.lrange(key("finished"), 0, -1)]
+
+    def owners() -> list[str]:
+        rows = rclient.xpending_range(stream, GROUP, "-", "+", 10)
+        return [row["consumer"].decode() for row in rows]
+
+    stream = app.keys.stream("default", "normal")
+    marker = app.keys.job("zombie-1")
+    assert slow.enqueue("x", job_id="zombie-1").created
+
+    a = spawn()
+    wait_until_sync(lambda: started() or not a.alive(), message="A started the job")
+    assert a.alive(), a.tail()
+    assert started() == [a.popen.pid]  # a first delivery runs in A's own process
+    a.popen.send_signal(signal.SIGSTOP)
+    try:
+        b = spawn()
+        # B reclaims the job once it has been idle past the visibility timeout, and runs
+        # it in a child process of its own.
+        wait_until_sync(lambda: len(started()) == 2 or not b.alive(), message="B took over")
+        assert b.alive(), b.tail()
+        b_run = started()[1]
+        (b_consumer,) = owners()
+        assert f"-{b.popen.pid}-" in b_consumer, b_consumer
+    finally:
+        a.popen.send_signal(signal.SIGCONT)
+
+    # A's run ends now: its settle must find the entry owned by B and touch nothing.
+    rclient.rpush(key(f"release:{a.popen.pid}"), "go")
+    wait_until_sync(
+        lambda: (
+            "no longer pending for this worker" in a.text()
+            or rclient.xpending(stream, GROUP)["pending"] == 0
+            or not a.alive()
+        ),
+        timeout=15,
+        message="A settled its run",
+    )
+    assert finished() == [a.popen.pid]
+    assert owners() == [b_consumer], "the zombie's settle freed the entry B is running"
+    assert rclient.exists(marker), "the zombie's settle freed the job id B is running"
+    assert not slow.enqueue("x", job_id="zombie-1").created  # B still runs it
+    assert rclient.xlen(stream) == 1
+
+    # B's run ends: acknowledged once, the job id freed.
+    rclient.rpush(key(f"release:{b_run}"), "go")
+    wait_until_sync(
+        lambda: rclient.xpending(stream, GROUP)["pending"] == 0 or not b.alive(),
+        message="B settled the job",
+    )
+    wait_until_sync(lambda: not rclient.exists(marker), message="job id freed")
+    assert finished() == [a.popen.pid, b_run]
+    assert rclient.xlen(stream) == 0
+    assert rclient.xlen(app.keys.dead()) == 0
+    assert a.stop() == (0, 0, 0), a.tail()  # the zombie acknowledged nothing
+    assert b.stop() == (1, 0, 0), b.tail()
+    assert a.text().count("no longer pending for this worker") == 1, a.tail()
+    assert started() == [a.popen.pid, b_run]

@@ -1,0 +1,51 @@
+"""The worker process of the zombie test: ``python zombie_app.py VISIBILITY_TIMEOUT``.
+
+``LOCKGATE_REDIS_URL`` picks the server and ``LOCKGATE_TEST_NAMESPACE`` the namespace.
+The task records which process runs it under the namespace's ``test`` prefix (see
+:func:`record_key`) and waits until the test releases that process, so the test decides
+when each run ends; the namespace cleanup removes the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from lockgate import App, Worker, WorkerConfig
+
+app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "zombie"))
+
+
+def record_key(name: str) -> str:
+    """Where the task records its progress (inside the namespace's hash tag)."""
+    return f"{app.keys.prefix}:test:{name}"
+
+
+@app.task(retries=0)
+def slow(tag: str) -> None:
+    """Record this process's pid, wait for ``release:<pid>``, record the pid as finished.
+
+    A first delivery runs in a thread of the worker process, a redelivery in a child
+    process of it: the pid tells the runs apart.
+    """
+    client = app.client()
+    me = str(os.getpid())
+    client.rpush(record_key("started"), me)
+    while not client.blpop([record_key(f"release:{me}")], timeout=1):
+        pass
+    client.rpush(record_key("finished"), me)
+
+
+async def main(visibility: float) -> None:
+    config = WorkerConfig(
+        concurrency=2, visibility_timeout=visibility, grace_period=5.0, idle_wait=1.0
+    )
+    await Worker(app, config).run(install_signal_handlers=True)
+    app.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(main(float(sys.argv[1])))
