@@ -89,6 +89,8 @@ class Settlement:
         claim_key: the Redis key of the job's idempotency claim, if it has one.
         claim_token: that claim's owner token.
         claim_ttl: seconds the done marker lasts.
+        legacy_claim_key: the claim's 0.1 name (``idempotent=True`` jobs), if any.
+        legacy_done: the done marker to write there as well (a 0.1 worker skips the job).
         record: dead: the dead letter's fields.
         trim: dead: [dead letters kept at most, their max age ms], 0 for no limit.
     """
@@ -98,14 +100,25 @@ class Settlement:
     claim_key: str | None = None
     claim_token: str = ""
     claim_ttl: float = 0.0
+    legacy_claim_key: str | None = None
+    legacy_done: str = ""
     record: Mapping[str, str | bytes] = field(default_factory=dict)
     trim: Sequence[int] = (0, 0)
 
-    def claim_args(self) -> list[Arg]:
-        """Claim token, claim action, done-marker TTL ms (shared by both backends)."""
+    def claim_keys(self) -> list[str]:
+        """The claim's key and its 0.1 name, when there are ones (the last KEYS)."""
         if self.claim_key is None:
-            return ["", "keep", 0]
-        return [self.claim_token, self.outcome.claim, max(1, round(self.claim_ttl * 1000))]
+            return []
+        if self.legacy_claim_key is None:
+            return [self.claim_key]
+        return [self.claim_key, self.legacy_claim_key]
+
+    def claim_args(self) -> list[Arg]:
+        """Claim token, action, done-marker TTL ms, 0.1 done marker (both backends)."""
+        if self.claim_key is None:
+            return ["", "keep", 0, ""]
+        ttl = max(1, round(self.claim_ttl * 1000))
+        return [self.claim_token, self.outcome.claim, ttl, self.legacy_done]
 
     def dead_args(self) -> list[Arg]:
         """Trim limits, then the dead letter's field/value pairs."""

@@ -104,7 +104,10 @@ url_option = click.option(
               show_default=True,
               help="Seconds before a dead worker's jobs are taken over.")  # fmt: skip
 @click.option("--max-deliveries", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Deliveries after which a poison job is dead-lettered.")  # fmt: skip
+              help="Times a job may kill its process before it is dead-lettered.")  # fmt: skip
+@click.option("--claim-lease", type=click.FloatRange(min=0.1), default=30.0,
+              show_default=True,
+              help="Seconds an idempotent job's claim outlives a worker that died.")  # fmt: skip
 @click.option("--embedded", is_flag=True, help="Run a private Redis-compatible server.")
 @url_option
 def worker(
@@ -115,10 +118,11 @@ def worker(
     grace_period: float,
     visibility_timeout: float,
     max_deliveries: int,
+    claim_lease: float,
     embedded: bool,
     url: str | None,
 ) -> None:
-    """Run a worker for MODULE:APP until SIGTERM or SIGINT."""
+    """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
     app = load_app(app_spec)
     _use_url(app, url)
     with reported_errors(), contextlib.ExitStack() as stack:
@@ -135,6 +139,7 @@ def worker(
             grace_period=grace_period,
             visibility_timeout=visibility_timeout,
             max_deliveries=max_deliveries,
+            claim_lease=claim_lease,
         )
         running = Worker(app, config)
         run_async(running.run(install_signal_handlers=True))

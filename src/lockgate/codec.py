@@ -51,6 +51,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         markers_expire: Unix time when the first done marker written by an earlier
             attempt (a finished step) expires, 0 when none: a retry due after that time
             would run the finished step again, so it is dead-lettered instead.
+        crashes: how many times a run of this job killed the child process it ran in (a
+            poison job); from the first, it always runs in a child of its own.
     """
 
     id: str
@@ -63,6 +65,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     enqueued: float = 0.0
     waits: int = 0
     markers_expire: float = 0.0
+    crashes: int = 0
 
 
 _encoder = msgspec.json.Encoder()

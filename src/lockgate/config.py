@@ -99,8 +99,13 @@ class WorkerConfig:
         visibility_timeout: how long a job taken by a worker that stopped heartbeating (it
             died) stays invisible before another worker takes it over. Running jobs are
             heartbeated every third of it, so it bounds recovery time, not job length.
-        max_deliveries: a job delivered more often than this (it keeps killing its
-            worker) goes to the dead-letter queue.
+        max_deliveries: a job that killed its process this many times (it is run in a
+            child process of its own once it has been delivered before) goes to the
+            dead-letter queue; one delivered four times as often, whatever the cause, too.
+        claim_lease: how long the claim of an ``idempotent=True`` job outlives a worker that
+            stopped renewing it. It bounds how long a job waits after its worker died, and
+            it is how long a Redis outage (a restart, a failover) may last before a job
+            whose acknowledgement was held up could run again elsewhere.
     """
 
     concurrency: int = 8
@@ -110,6 +115,7 @@ class WorkerConfig:
     idle_wait: float | timedelta = 5.0
     visibility_timeout: float | timedelta = 30.0
     max_deliveries: int = 5
+    claim_lease: float | timedelta = 30.0
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -130,6 +136,10 @@ class WorkerConfig:
             raise ConfigError(f"max_deliveries must be a whole number: {self.max_deliveries!r}")
         if self.max_deliveries < 1:
             raise ConfigError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
+        lease = seconds(self.claim_lease, "claim_lease")
+        if lease < 0.1:
+            raise ConfigError(f"claim_lease must be at least 0.1 s, got {lease}")
+        object.__setattr__(self, "claim_lease", lease)
 
     @property
     def grace_seconds(self) -> float:
@@ -140,6 +150,11 @@ class WorkerConfig:
     def idle_wait_seconds(self) -> float:
         """Idle wait in seconds."""
         return cast(float, self.idle_wait)  # normalised in __post_init__
+
+    @property
+    def claim_lease_seconds(self) -> float:
+        """Claim lease in seconds."""
+        return cast(float, self.claim_lease)  # normalised in __post_init__
 
     @property
     def visibility_seconds(self) -> float:

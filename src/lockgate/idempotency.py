@@ -28,7 +28,7 @@ from lockgate.broker import translated
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
-from lockgate.lua import ScriptCall
+from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
     from lockgate.app import App
@@ -148,7 +148,11 @@ class Claim:
         step: the step name when this claim guards one step of a job.
         legacy_key: an older name of the same claim (lockgate 0.1 keyed the claims of
             ``idempotent=True`` tasks by job id alone): its done marker or live claim is
-            honoured, so an upgrade never runs a finished job again.
+            honoured, so an upgrade never runs a finished job again; and a done marker is
+            also written there (tagged with ``legacy_scope``), so a 0.1 worker still
+            running in a rolling deploy skips the job too.
+        legacy_scope: the task name that tags this claim's markers under ``legacy_key``:
+            a marker tagged with another task does not count as done here.
 
     Raises (on entry):
         AlreadyProcessed: the key is done (``StepDone`` for a step).
@@ -167,6 +171,7 @@ class Claim:
         conn: Any = None,
         step: str | None = None,
         legacy_key: str | None = None,
+        legacy_scope: str = "",
     ) -> None:
         self.key = check_key(key)
         self.ttl = seconds(ttl, f"ttl for {key!r}")
@@ -182,6 +187,17 @@ class Claim:
         self.lost = False
         self._redis_key = app.keys.claim(key)
         self._legacy_key = app.keys.claim(legacy_key) if legacy_key is not None else None
+        self._legacy_scope = legacy_scope
+
+    @property
+    def legacy_redis_key(self) -> str | None:
+        """The 0.1 name of this claim, when it has one."""
+        return self._legacy_key
+
+    def legacy_done_value(self) -> str:
+        """The done marker written under the 0.1 name: 0.1 reads any ``d:`` value as done,
+        this release reads the ``:t:`` tag and counts it only for the same task."""
+        return f"d:{self.token}:t:{self._legacy_scope}" if self._legacy_key is not None else ""
 
     @property
     def redis_key(self) -> str:
@@ -197,7 +213,8 @@ class Claim:
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
-        return ScriptCall("idem_claim", keys, [self.token, round(self.lease * 1000)])
+        args: list[Arg] = [self.token, round(self.lease * 1000), self._legacy_scope]
+        return ScriptCall("idem_claim", keys, args)
 
     def _guard(self) -> None:
         job = running_job()

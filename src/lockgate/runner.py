@@ -159,7 +159,7 @@ class JobRunner:
             claim, early = await self._claim(task, job)
             if early is not None:
                 return Ending(delivery, early, task=task)
-        if delivery.deliveries > 1:
+        if delivery.deliveries > 1 or job.crashes > 0:
             outcome = await self._run_isolated(task, job, args, kwargs, context, delivery)
         else:
             outcome = await self._run_here(task, job, args, kwargs, context, delivery, claim)
@@ -169,7 +169,7 @@ class JobRunner:
         """Claim an idempotent task's job; an outcome instead when it must not run now."""
         claim = Claim(
             self.app, f"job:{task.name}:{job.id}", ttl=task.idempotency_ttl,
-            lease=self.config.visibility_seconds, legacy_key=f"job:{job.id}",
+            lease=self.config.claim_lease_seconds, legacy_key=f"job:{job.id}", legacy_scope=task.name,
         )  # fmt: skip
         try:
             await claim.__aenter__()
@@ -337,11 +337,22 @@ class JobRunner:
                 return dead("the child process sent an unreadable report", ErrorInfo.of(e))
         if ended.timed_out:
             return self._decide(TimeoutError(ended.reason), task, job, context)
-        reason = f"its process died ({ended.reason}) on delivery {delivery.deliveries}"
-        if delivery.deliveries >= self.config.max_deliveries:
-            return dead(f"{reason}, the last allowed (max {self.config.max_deliveries})")
-        log.error("job %s (%s): %s; left pending for another delivery", job.id, job.task, reason)
-        return Outcome("abandoned", reason=reason, claim="release")
+        # Alone in its child, the job itself killed it: count that against the job, not
+        # the delivery count, which also grows when a worker dies of something else.
+        crashes, limit = job.crashes + 1, self.config.max_deliveries
+        reason = f"its process died ({ended.reason})"
+        if crashes >= limit:
+            return dead(f"{reason}: {crashes} times, the most allowed (max {limit})")
+        log.error("job %s (%s): %s, %d of %d times; trying it again in a new child",
+                  job.id, job.task, reason, crashes, limit)  # fmt: skip
+        following = Job(
+            id=job.id, task=job.task, queue=job.queue, level=job.level, args=job.args,
+            kwargs=job.kwargs, attempt=job.attempt, enqueued=job.enqueued,
+            markers_expire=job.markers_expire, crashes=crashes,
+        )  # fmt: skip
+        return Outcome(
+            "retry", next_job=following, reason=reason, error=ErrorInfo("ProcessDied", reason)
+        )
 
 
 def _keep_claim(outcome: Outcome) -> Outcome:

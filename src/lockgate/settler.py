@@ -40,6 +40,8 @@ def settlement(app: App, ending: Ending) -> Settlement:
         claim_key=claim.redis_key if claim is not None else None,
         claim_token=claim.token if claim is not None else "",
         claim_ttl=claim.ttl if claim is not None else 0.0,
+        legacy_claim_key=claim.legacy_redis_key if claim is not None else None,
+        legacy_done=claim.legacy_done_value() if claim is not None else "",
         record=record,
         trim=deadletter.trim_args(app) if outcome.kind == "dead" else (0, 0),
     )  # fmt: skip
@@ -94,7 +96,9 @@ class Settler:
             if await self.flush():
                 self.failures = 0
                 continue
-            delay = reconnect_delay(self.failures)
+            # Capped at 1 s: after a Redis restart the settle must land before the
+            # visibility timeout hands the held-up jobs to another worker.
+            delay = reconnect_delay(self.failures, cap=1.0)
             self.failures += 1
             await asyncio.sleep(delay)  # new endings join the next try
 

@@ -149,8 +149,7 @@ class SortedConsumer:
             q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
             self._keys.dead(), q.wake, self._keys.job(delivery.ref),
         ]  # fmt: skip
-        if settlement.claim_key is not None:
-            keys.append(settlement.claim_key)
+        keys += settlement.claim_keys()
         following = outcome.next_job
         args: list[Arg] = [
             delivery.ref, delivery.owner, outcome.kind, *settlement.claim_args(),

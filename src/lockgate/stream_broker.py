@@ -166,8 +166,7 @@ class StreamConsumer:
             self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
             self._keys.wake(),
         ]  # fmt: skip
-        if settlement.claim_key is not None:
-            keys.append(settlement.claim_key)
+        keys += settlement.claim_keys()
         following = outcome.next_job
         args: list[Arg] = [
             GROUP, self._consumer, delivery.ref, outcome.kind, *settlement.claim_args(),

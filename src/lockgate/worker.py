@@ -13,8 +13,8 @@ up.
 Crash recovery: every worker reclaims, one at a time, jobs idle past the visibility timeout
 (their worker died), finding them with ``XPENDING IDLE`` however many live entries the PEL
 holds. A reclaimed job runs in a child process of its own, beside new work: if it is the
-one that kills its process, only its own delivery count grows, and past ``max_deliveries``
-it is dead-lettered.
+one that kills its process, only the child dies, the death is counted against that job
+alone, and after ``max_deliveries`` such deaths it is dead-lettered.
 
 Stopping: the first SIGTERM/SIGINT stops reading; running jobs get the grace period;
 then async runs are cancelled (left pending, their claims released) while sync runs and
@@ -57,6 +57,7 @@ from lockgate.stream_broker import StreamConsumer
 log = logging.getLogger(__name__)
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
+DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
 
 
 class Worker:
@@ -281,7 +282,10 @@ class Worker:
 
     async def _execute(self, delivery: Delivery) -> None:
         assert self._runner is not None and self._settler is not None
-        limit = self.config.max_deliveries
+        # Poison is counted by the runner (a job that kills its own child process); this
+        # is the safety net for a job whose worker keeps dying while it runs, whatever
+        # the cause.
+        limit = DELIVERY_FACTOR * self.config.max_deliveries
         if delivery.deliveries > limit:
             reason = f"delivered {delivery.deliveries} times (max {limit})"
             ending = Ending(delivery, dead(reason))

@@ -75,7 +75,8 @@ def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[.
 def worker(spawn: Callable[..., Proc]) -> Proc:
     return spawn(
         "-m", "lockgate", "--log-level", "WARNING", "worker", "claims_app:app",
-        "--concurrency", "2", "--visibility-timeout", "1", "--grace-period", "5",
+        "--concurrency", "2", "--visibility-timeout", "1", "--claim-lease", "1",
+        "--grace-period", "5",
     )  # fmt: skip
 
 

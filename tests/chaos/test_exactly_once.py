@@ -23,6 +23,8 @@ from lockgate import App, codec
 from lockgate.embedded import EmbeddedServer
 from lockgate.postgres import init_schema
 
+pytestmark = pytest.mark.chaos
+
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 JOBS = 1_000
 HERE = Path(__file__).parent

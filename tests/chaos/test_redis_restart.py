@@ -11,6 +11,8 @@ from conftest import delete_namespace, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed
 from lockgate.embedded import EmbeddedServer
 
+pytestmark = pytest.mark.chaos
+
 
 @pytest.fixture
 def server() -> Iterator[EmbeddedServer]:

@@ -50,6 +50,7 @@ def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[.
         command = [
             sys.executable, "-m", "lockgate", "worker", "shutdown_app:app", "--concurrency",
             "2", "--grace-period", str(grace), "--visibility-timeout", str(visibility),
+            "--claim-lease", str(visibility),
         ]  # fmt: skip
         with log.open("wb") as out:
             popen = subprocess.Popen(

@@ -21,6 +21,8 @@ from lockgate import App
 from lockgate.codec import decode
 from lockgate.keys import GROUP
 
+pytestmark = pytest.mark.chaos
+
 WORKER = Path(__file__).with_name("worker_proc.py")
 
 

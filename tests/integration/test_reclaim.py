@@ -7,6 +7,7 @@ never acknowledges it, as a worker killed mid-job would.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 
 import pytest
@@ -70,26 +71,63 @@ async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
 async def test_a_job_delivered_too_often_is_dead_lettered_when_reclaimed(
     make_app: Callable[..., App], rclient: redis.Redis
 ) -> None:
+    """The safety net: workers keep dying while it runs, whatever the cause."""
     app = make_app()
-    runs: list[str] = []
+    runs_key = f"{app.keys.prefix}:test:runs"
+
+    @app.task
+    def unlucky(n: int) -> None:
+        app.client().incr(runs_key)
+
+    unlucky.enqueue(1, job_id="unlucky-1")
+    stream = app.keys.stream("default", "normal")
+    entry_id = ghost_takes(rclient, stream)
+    # As if eight workers had died while running it (4 x max_deliveries).
+    rclient.xclaim(stream, GROUP, "ghost", 0, [entry_id], retrycount=8)
+    worker = worker_for(app, concurrency=1, visibility_timeout=0.3, max_deliveries=2)
+    async with running(worker):
+        await wait_until(lambda: worker.dead == 1)
+    assert rclient.get(runs_key) is None
+    (letter,) = list_dead(app)
+    assert letter.job_id == "unlucky-1"
+    assert letter.reason == "delivered 9 times (max 8)"
+    assert letter.deliveries == 9
+    assert rclient.xpending(stream, GROUP)["pending"] == 0
+
+
+async def test_a_poison_job_kills_only_its_child_and_is_dead_lettered_after_max_crashes(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """Run isolated once delivered before, a job that kills its process kills its child:
+    the worker lives on, the death is counted against that job, and after max_deliveries
+    such deaths it is dead-lettered. A job beside it is not charged anything."""
+    app = make_app()
+    deaths_key = f"{app.keys.prefix}:test:deaths"
+    ran_key = f"{app.keys.prefix}:test:ran"
 
     @app.task
     def poison(n: int) -> None:
-        runs.append("ran")
+        app.client().incr(deaths_key)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @app.task
+    def fine(n: int) -> None:
+        app.client().rpush(ran_key, n)
 
     poison.enqueue(1, job_id="poison-1")
     stream = app.keys.stream("default", "normal")
-    entry_id = ghost_takes(rclient, stream)
-    # As if it had already killed five workers.
-    rclient.xclaim(stream, GROUP, "ghost", 0, [entry_id], retrycount=5)
-    worker = worker_for(app, concurrency=1, visibility_timeout=0.3, max_deliveries=5)
-    async with running(worker):
-        await wait_until(lambda: worker.dead == 1)
-    assert runs == []
+    ghost_takes(rclient, stream)  # its first worker died running it
+    fine.enqueue(2, job_id="fine-2")
+    worker = worker_for(app, concurrency=2, visibility_timeout=0.3, max_deliveries=3)
+    async with running(worker) as task:
+        await wait_until(lambda: worker.dead == 1 and worker.processed == 1)
+        assert not task.done()  # the worker itself never died
+    assert int(rclient.get(deaths_key) or 0) == 3
     (letter,) = list_dead(app)
     assert letter.job_id == "poison-1"
-    assert letter.reason == "delivered 6 times (max 5)"
-    assert letter.deliveries == 6
+    assert "its process died (killed by signal 9 (SIGKILL))" in letter.reason
+    assert "3 times" in letter.reason
+    assert rclient.lrange(ran_key, 0, -1) == [b"2"]
     assert rclient.xpending(stream, GROUP)["pending"] == 0
 
 

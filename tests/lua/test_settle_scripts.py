@@ -88,15 +88,19 @@ class StreamJob:
         max_len: int = 0,
         max_age_ms: int = 0,
         letter: dict[str, str] | None = None,
+        legacy: str | None = None,
+        legacy_done: str = "",
     ) -> list[int]:
         """settle_stream with the ARGV layout of ``StreamConsumer.settle_call``."""
         keys = self.keys
         script_keys = [self.stream, self.marker, self.delayed, keys.dead(), keys.wake()]
         if claim is not None:
             script_keys.append(claim)
+            if legacy is not None:
+                script_keys.append(legacy)
         args: list[Any] = [
-            GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, next_job, delay_ms,
-            max_len, max_age_ms,
+            GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
+            next_job, delay_ms, max_len, max_age_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -379,7 +383,8 @@ class SortedJob:
         if claim is not None:
             script_keys.append(claim)
         args: list[Any] = [
-            "a", owner, kind, token, action, TTL_MS, next_job, delay_ms, boost_us, max_len, 0,
+            "a", owner, kind, token, action, TTL_MS, "", next_job, delay_ms, boost_us,
+            max_len, 0,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -612,3 +617,61 @@ def test_idem_claim_without_a_legacy_key_ignores_the_legacy_claim(
 ) -> None:
     rclient.set(keys.legacy_job_claim("a"), "d:x", px=TTL_MS)
     assert idem_claim(scripts, keys, legacy=False) == [1, 0]
+
+
+# A rolling deploy: 0.1 workers read idempotent job claims under idem:job:{id} alone.
+LEGACY_DONE = f"d:{TOKEN}:t:charge"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(None, LEGACY_DONE, id="absent"),
+        pytest.param(f"d:{OTHER}", LEGACY_DONE, id="a-0.1-done-marker"),
+        pytest.param(f"c:{OTHER}", f"c:{OTHER}", id="a-live-0.1-claim-is-left"),
+    ],
+)
+def test_settle_stream_done_also_marks_the_0_1_name_for_old_workers(
+    job: StreamJob, rclient: redis.Redis, claim: str, before: str | None, after: str
+) -> None:
+    legacy = job.keys.claim("job:legacy-id")
+    hold(rclient, claim, f"c:{TOKEN}")
+    if before is not None:
+        rclient.set(legacy, before)
+    reply = job.settle(
+        "done", claim=claim, token=TOKEN, action="done", legacy=legacy, legacy_done=LEGACY_DONE
+    )
+    assert reply == [1, 1]
+    assert rclient.get(legacy) == after.encode()
+    if after == LEGACY_DONE:
+        assert 0 < rclient.pttl(legacy) <= TTL_MS
+
+
+def test_settle_stream_retry_leaves_the_0_1_name_alone(
+    job: StreamJob, rclient: redis.Redis, claim: str
+) -> None:
+    legacy = job.keys.claim("job:legacy-id")
+    hold(rclient, claim, f"c:{TOKEN}")
+    job.settle("retry", claim=claim, token=TOKEN, action="release", legacy=legacy,
+               legacy_done=LEGACY_DONE, next_job=b"NEXT", delay_ms=10)  # fmt: skip
+    assert rclient.get(legacy) is None
+
+
+@pytest.mark.parametrize(
+    ("legacy_value", "scope", "answer"),
+    [
+        pytest.param(LEGACY_DONE, "charge", [0, 0], id="tagged-for-this-task"),
+        pytest.param(LEGACY_DONE, "send_receipt", [1, 0], id="tagged-for-another-task"),
+        pytest.param(f"d:{OTHER}", "send_receipt", [0, 0], id="untagged-0.1-marker"),
+    ],
+)
+def test_idem_claim_reads_the_task_tag_of_a_0_1_name_marker(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis, legacy_value: str, scope: str,
+    answer: list[int],
+) -> None:  # fmt: skip
+    legacy = keys.claim("job:order:42")
+    rclient.set(legacy, legacy_value)
+    claim = keys.claim(f"job:{scope}:order:42")
+    reply = list(run(scripts, "idem_claim", [claim, legacy], [TOKEN, 5000, scope]))
+    assert reply == answer
+    assert rclient.get(legacy) == legacy_value.encode()  # never written by a claim

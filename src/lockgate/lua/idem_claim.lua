@@ -1,21 +1,27 @@
 -- idem_claim.lua: claim an idempotency key before a side effect.
 -- KEYS: [1] the claim key, [2] optional: the same claim as lockgate 0.1 named it (job
 --       claims were keyed by job id alone); its done marker or live claim is honoured
--- ARGV: owner token, lease in ms
+-- ARGV: owner token, lease in ms, scope (the task name tagging markers under KEYS[2])
 -- Touches: SET of 'c:<token>' with the lease as its expiry, only when the key is absent.
 --          A claim whose owner stopped renewing (it died) expires with its lease and can
 --          be taken over; a done marker ('d:<token>') stays for its own, long TTL.
 -- Returns: {1, 0} claimed; {0, 0} already done; {-1, ms left on the holder's lease} busy.
-local function held(key)
+-- A marker under the 0.1 name written by this release is tagged 'd:<token>:t:<task>' and
+-- counts only for that task; an untagged one (written by 0.1) counts for every task.
+local function held(key, legacy)
   local current = redis.call('GET', key)
   if not current then return nil end
-  if string.sub(current, 1, 2) == 'd:' then return {0, 0} end
+  if string.sub(current, 1, 2) == 'd:' then
+    local scope = legacy and string.match(current, ':t:(.*)$')
+    if scope and scope ~= ARGV[3] then return nil end
+    return {0, 0}
+  end
   return {-1, math.max(0, redis.call('PTTL', key))}
 end
-local answer = held(KEYS[1])
+local answer = held(KEYS[1], false)
 if answer then return answer end
 if KEYS[2] then
-  answer = held(KEYS[2])
+  answer = held(KEYS[2], true)
   if answer then return answer end
 end
 redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'PX', ARGV[2])

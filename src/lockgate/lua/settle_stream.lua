@@ -1,11 +1,13 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
---       dead-letter stream, [5] the namespace's wake stream, [6] the job's claim (optional)
+--       dead-letter stream, [5] the namespace's wake stream, [6] the job's claim (optional),
+--       [7] the claim's 0.1 name (optional, with [6])
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
---       [7] done marker TTL ms, [8] retry: next attempt (encoded job), [9] retry: delay ms,
---       [10] dead letters kept at most (0: no limit), [11] dead letters' max age ms (0: no
---       limit), [12..] dead: the dead letter's field/value pairs
+--       [7] done marker TTL ms, [8] the done marker for the 0.1 name ('' when none),
+--       [9] retry: next attempt (encoded job), [10] retry: delay ms, [11] dead letters kept
+--       at most (0: no limit), [12] dead letters' max age ms (0: no limit), [13..] dead:
+--       the dead letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
 --          entry; done: DEL marker; retry: ZADD delayed (due at the server's clock + delay)
 --          and XADD wake (idle workers re-read their next due time); dead: XADD dead (with
@@ -17,6 +19,8 @@
 --          when the claim is still ours or gone (its lease lapsed while Redis was down: the
 --          work did happen), never over another owner's live claim; 'release' deletes it
 --          only while it is ours; 'keep' leaves it (an abandoned sync run still holds it).
+--          With a 0.1 name, 'done' also writes the tagged marker there (never over a live
+--          0.1 claim), so 0.1 workers of a rolling deploy skip the job too.
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
 -- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
@@ -33,13 +37,13 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   if kind == 'retry' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', delayed, string.format('%.0f', now + tonumber(ARGV[9])), ARGV[8])
-    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[9])
+    redis.call('ZADD', delayed, string.format('%.0f', now + tonumber(ARGV[10])), ARGV[9])
+    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[10])
   else
     if kind == 'dead' then
       local fields = {}
-      for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
-      local max_len, max_age = tonumber(ARGV[10]), tonumber(ARGV[11])
+      for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+      local max_len, max_age = tonumber(ARGV[11]), tonumber(ARGV[12])
       if max_len > 0 then
         redis.call('XADD', dead, 'MAXLEN', '~', max_len, '*', unpack(fields))
       else
@@ -68,6 +72,12 @@ if KEYS[6] and token ~= '' and action ~= 'keep' then
   elseif current == 'c:' .. token then
     redis.call('DEL', KEYS[6])
     claimed = 1
+  end
+end
+if claimed == 1 and action == 'done' and KEYS[7] and ARGV[8] ~= '' then
+  local old = redis.call('GET', KEYS[7])
+  if not old or string.sub(old, 1, 2) == 'd:' then
+    redis.call('SET', KEYS[7], ARGV[8], 'PX', ARGV[7])
   end
 end
 return {owned, claimed}
