@@ -559,10 +559,13 @@ class App:
         # Another parent thread may have held the lock. The async clients belong to the
         # parent's loops: set aside, never closed here (closing one would unregister its
         # socket from the epoll instance both processes share); the child's loops make
-        # their own. The sync client's pool notices the new pid by itself.
+        # their own. So is the sync client: its pool would notice the new pid, but its
+        # reset takes the pool's lock, which another parent thread may have held at fork.
         self._lock = threading.Lock()
         _FORKED_AWAY.append(self._async)
         self._async = {}
+        _FORKED_AWAY.append(self._sync)
+        self._sync = None
         self.lease_keeper._after_fork_in_child()
 
 

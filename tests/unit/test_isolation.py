@@ -434,6 +434,28 @@ async def test_locks_held_by_parent_threads_are_free_in_the_child(
         await app.aclose()
 
 
+async def test_the_sync_pool_held_by_a_parent_thread_is_not_waited_on_in_the_child(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """redis-py resets a pool it finds in a new process under the pool's own lock: held by
+    a parent thread at fork, that reset would wait for ever. The child gets a new client."""
+    app = App(NOWHERE, namespace="unit")
+    parent_client, _ = app.sync_connection()
+    pool = parent_client.connection_pool
+
+    def probe() -> bytes:
+        client, _ = app.sync_connection()  # must not touch the parent's pool
+        return repr(client is not parent_client).encode()
+
+    try:
+        with pool._lock:  # type: ignore[attr-defined]
+            ended = await run_in_child(probe, timeout=10, executor=executor)
+        assert ended == ChildExit(b"True", "")
+        assert app.sync_connection()[0] is parent_client
+    finally:
+        app.close()
+
+
 def test_a_fork_elsewhere_forgets_the_runs_pipes(tmp_path: Path) -> None:
     # Any fork (multiprocessing, a task's own) runs the hook: the pipes of this module's
     # runs are none of its business, and its copy of the lock starts free even when
