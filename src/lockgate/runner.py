@@ -169,7 +169,8 @@ class JobRunner:
         """Claim an idempotent task's job; an outcome instead when it must not run now."""
         claim = Claim(
             self.app, f"job:{task.name}:{job.id}", ttl=task.idempotency_ttl,
-            lease=self.config.claim_lease_seconds, legacy_key=f"job:{job.id}", legacy_scope=task.name,
+            lease=self.config.claim_lease_seconds, legacy_key=f"job:{job.id}",
+            legacy_scope=task.name,
         )  # fmt: skip
         try:
             await claim.__aenter__()
