@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from lockgate.codec import Job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
 from lockgate.retry import RetryPolicy
@@ -89,11 +91,8 @@ def wait(
     """
     step = min(LONGEST_WAIT, FIRST_WAIT * 2.0 ** min(job.waits, 16))
     delay = min(step, retry_after) if retry_after > 0 else step
-    following = Job(
-        id=job.id, task=job.task, queue=job.queue, level=job.level, args=job.args,
-        kwargs=job.kwargs, attempt=job.attempt, enqueued=job.enqueued, waits=job.waits + 1,
-        markers_expire=job.markers_expire if markers_expire is None else markers_expire,
-    )  # fmt: skip
+    expire = job.markers_expire if markers_expire is None else markers_expire
+    following = msgspec.structs.replace(job, waits=job.waits + 1, markers_expire=expire)
     return Outcome("retry", delay=delay, next_job=following, reason=reason)
 
 
@@ -144,11 +143,10 @@ def decide(
         return dead("retries exhausted", error)
     explicit = error.delay if isinstance(error, RetryableError) else None
     delay = explicit if explicit is not None else policy.backoff.delay(job.attempt, uniform)
-    following = Job(
-        id=job.id, task=job.task, queue=job.queue, level=job.level, args=job.args,
-        kwargs=job.kwargs, attempt=job.attempt + 1, enqueued=job.enqueued,
-        markers_expire=markers_expire,
-    )  # fmt: skip
+    # A new attempt: its waits start over; a crash count stays (it still runs isolated).
+    following = msgspec.structs.replace(
+        job, attempt=job.attempt + 1, waits=0, markers_expire=markers_expire
+    )
     outcome = Outcome("retry", delay=delay, next_job=following, error=ErrorInfo.of(error))
     return _unless_markers_expire(outcome, now, markers_expire, error)
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -154,16 +154,16 @@ class JobRunner:
             markers_expire=job.markers_expire,
         )  # fmt: skip
         set_current(context)
-        claim: Claim | None = None
+        run = _Run(delivery, task, job, args, kwargs, context)
         if task.idempotent:
-            claim, early = await self._claim(task, job)
+            run.claim, early = await self._claim(task, job)
             if early is not None:
                 return Ending(delivery, early, task=task)
         if delivery.deliveries > 1 or job.crashes > 0:
-            outcome = await self._run_isolated(task, job, args, kwargs, context, delivery)
+            outcome = await self._run_isolated(run)
         else:
-            outcome = await self._run_here(task, job, args, kwargs, context, delivery, claim)
-        return Ending(delivery, outcome, claim, task)
+            outcome = await self._run_here(run)
+        return Ending(delivery, outcome, run.claim, task)
 
     async def _claim(self, task: Task[Any, Any], job: Job) -> tuple[Claim | None, Outcome | None]:
         """Claim an idempotent task's job; an outcome instead when it must not run now."""
@@ -186,32 +186,22 @@ class JobRunner:
             return None, wait(job, CLAIM_RETRY, f"claim failed: {e}")
         return claim, None
 
-    def _decide(
-        self, error: BaseException | None, task: Task[Any, Any], job: Job, context: JobContext
-    ) -> Outcome:
-        markers = min(context.done_markers, default=0.0)
+    def _decide(self, error: BaseException | None, run: _Run) -> Outcome:
+        markers = min(run.context.done_markers, default=0.0)
         return decide(
-            error, job, task.retry, now=time.time(),
-            markers_expire=earliest(job.markers_expire, markers),
+            error, run.job, run.task.retry, now=time.time(),
+            markers_expire=earliest(run.job.markers_expire, markers),
         )  # fmt: skip
 
-    async def _run_here(
-        self,
-        task: Task[Any, Any],
-        job: Job,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        context: JobContext,
-        delivery: Delivery,
-        claim: Claim | None,
-    ) -> Outcome:
+    async def _run_here(self, run: _Run) -> Outcome:
+        task, job = run.task, run.job
         error: BaseException | None = None
         try:
             if task.is_async:
                 async with asyncio.timeout(task.retry.timeout):
-                    await task.fn(*args, **kwargs)
+                    await task.fn(*run.args, **run.kwargs)
             else:
-                await self._run_sync(task, job, args, kwargs, context, delivery, claim)
+                await self._run_sync(run)
         except asyncio.CancelledError:
             if task.is_async:
                 log.warning("job %s (%s) stopped before it finished; left pending",
@@ -223,25 +213,16 @@ class JobRunner:
         except Abandoned as e:
             # Timed out: the thread goes on and keeps the claim until it ends, so the
             # retry meets ClaimBusy and waits instead of running the side effect twice.
-            outcome = self._decide(TimeoutError(str(e)), task, job, context)
-            return _keep_claim(outcome)
+            return replace(self._decide(TimeoutError(str(e)), run), claim="keep")
         except BaseException as e:  # a task's SystemExit must not stop the worker
             error = e
-        return self._decide(error, task, job, context)
+        return self._decide(error, run)
 
-    async def _run_sync(
-        self,
-        task: Task[Any, Any],
-        job: Job,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        context: JobContext,
-        delivery: Delivery,
-        claim: Claim | None,
-    ) -> None:
-        run = SyncRun(lambda: task.fn(*args, **kwargs))
+    async def _run_sync(self, run: _Run) -> None:
+        task = run.task
+        call = SyncRun(lambda: task.fn(*run.args, **run.kwargs))
         copied = contextvars.copy_context()
-        running = asyncio.get_running_loop().run_in_executor(self.pool, copied.run, run)
+        running = asyncio.get_running_loop().run_in_executor(self.pool, copied.run, call)
         timeout = task.retry.timeout
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while True:
@@ -250,7 +231,7 @@ class JobRunner:
                     returned = await asyncio.shield(running)
                 break
             except TimeoutError:
-                if run.abandon(self._claim_finisher(claim, task, job)):
+                if call.abandon(self._claim_finisher(run)):
                     raise Abandoned(
                         f"task {task.name!r} ran over its timeout of {timeout:g}s"
                     ) from None
@@ -263,8 +244,7 @@ class JobRunner:
                     if current is not None:
                         current.uncancel()
                     continue
-                finisher = self._ending_finisher(task, job, context, delivery, claim)
-                if run.abandon(finisher):
+                if call.abandon(self._ending_finisher(run)):
                     with self._abandoned_lock:
                         self.abandoned_threads += 1
                     raise
@@ -277,59 +257,45 @@ class JobRunner:
                 "declare it with 'async def' so the worker awaits it"
             )
 
-    def _claim_finisher(
-        self, claim: Claim | None, task: Task[Any, Any], job: Job
-    ) -> Callable[[BaseException | None], None]:
+    def _claim_finisher(self, run: _Run) -> Callable[[BaseException | None], None]:
         """After a timeout: when the thread ends, settle the claim alone (done/release)."""
 
         def finish(error: BaseException | None) -> None:
-            if claim is not None:
-                claim.__exit__(type(error) if error is not None else None, error, None)
-            log.info("job %s (%s): the run abandoned at its timeout has ended", job.id, task.name)
+            if run.claim is not None:
+                run.claim.__exit__(type(error) if error is not None else None, error, None)
+            log.info("job %s (%s): the run abandoned at its timeout has ended",
+                     run.job.id, run.task.name)  # fmt: skip
 
         return finish
 
-    def _ending_finisher(
-        self,
-        task: Task[Any, Any],
-        job: Job,
-        context: JobContext,
-        delivery: Delivery,
-        claim: Claim | None,
-    ) -> Callable[[BaseException | None], None]:
+    def _ending_finisher(self, run: _Run) -> Callable[[BaseException | None], None]:
         """After a forced stop: when the thread ends, settle the whole job from it."""
 
         def finish(error: BaseException | None) -> None:
             with self._abandoned_lock:
                 self.abandoned_threads -= 1
-            outcome = self._decide(error, task, job, context)
-            self._finish_abandoned(Ending(delivery, outcome, claim, task))
+            outcome = self._decide(error, run)
+            self._finish_abandoned(Ending(run.delivery, outcome, run.claim, run.task))
 
         return finish
 
-    async def _run_isolated(
-        self,
-        task: Task[Any, Any],
-        job: Job,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        context: JobContext,
-        delivery: Delivery,
-    ) -> Outcome:
+    async def _run_isolated(self, run: _Run) -> Outcome:
+        task, job = run.task, run.job
+
         def work() -> bytes:  # runs in the child process
-            set_current(context)
+            set_current(run.context)
             error: BaseException | None = None
             try:
                 if task.is_async:
-                    asyncio.run(task.fn(*args, **kwargs))
+                    asyncio.run(task.fn(*run.args, **run.kwargs))
                 else:
-                    task.fn(*args, **kwargs)
+                    task.fn(*run.args, **run.kwargs)
             except BaseException as e:
                 error = e
-            return msgspec.json.encode(self._decide(error, task, job, context))
+            return msgspec.json.encode(self._decide(error, run))
 
         log.info("job %s (%s) delivered %d times: running it in a child process",
-                 job.id, job.task, delivery.deliveries)  # fmt: skip
+                 job.id, job.task, run.delivery.deliveries)  # fmt: skip
         ended = await isolation.run_in_child(work, timeout=task.retry.timeout, executor=self.pool)
         if ended.report is not None:
             try:
@@ -337,7 +303,7 @@ class JobRunner:
             except msgspec.ValidationError as e:
                 return dead("the child process sent an unreadable report", ErrorInfo.of(e))
         if ended.timed_out:
-            return self._decide(TimeoutError(ended.reason), task, job, context)
+            return self._decide(TimeoutError(ended.reason), run)
         # Alone in its child, the job itself killed it: count that against the job, not
         # the delivery count, which also grows when a worker dies of something else.
         crashes, limit = job.crashes + 1, self.config.max_deliveries
@@ -346,17 +312,20 @@ class JobRunner:
             return dead(f"{reason}: {crashes} times, the most allowed (max {limit})")
         log.error("job %s (%s): %s, %d of %d times; trying it again in a new child",
                   job.id, job.task, reason, crashes, limit)  # fmt: skip
-        following = Job(
-            id=job.id, task=job.task, queue=job.queue, level=job.level, args=job.args,
-            kwargs=job.kwargs, attempt=job.attempt, enqueued=job.enqueued,
-            markers_expire=job.markers_expire, crashes=crashes,
-        )  # fmt: skip
+        following = msgspec.structs.replace(job, crashes=crashes, waits=0)
         return Outcome(
             "retry", next_job=following, reason=reason, error=ErrorInfo("ProcessDied", reason)
         )
 
 
-def _keep_claim(outcome: Outcome) -> Outcome:
-    return Outcome(
-        outcome.kind, outcome.delay, outcome.next_job, outcome.reason, outcome.error, "keep"
-    )
+@dataclass(slots=True)
+class _Run:
+    """One run of a job: what the runner's steps share."""
+
+    delivery: Delivery
+    task: Task[Any, Any]
+    job: Job
+    args: list[Any]
+    kwargs: dict[str, Any]
+    context: JobContext
+    claim: Claim | None = None

@@ -50,10 +50,21 @@ class ScriptCall:
     args: Sequence[Arg]
 
 
+INCLUDE = "--#include "
+
+
+def _text(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
 @cache
 def source(name: ScriptName) -> str:
-    """The text of a script."""
-    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The text of a script, with its ``--#include FRAGMENT`` lines replaced by the
+    fragment's text (logic two scripts share lives once, in ``_FRAGMENT.lua``)."""
+    lines = _text(name).splitlines(keepends=True)
+    return "".join(
+        _text(line[len(INCLUDE) :].strip()) if line.startswith(INCLUDE) else line for line in lines
+    )
 
 
 class AsyncScripts:

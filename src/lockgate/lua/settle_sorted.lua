@@ -14,9 +14,11 @@
 --          retry: payload and rank replaced, ZADD delayed at the server's clock + delay,
 --          XADD wake; dead: HDEL payloads and ranks, XADD dead (trimmed), DEL marker. A
 --          worker whose lease lapsed (paused, cut off) finds another token and touches
---          nothing; 'abandoned' touches no job. The claim, as in settle_stream.lua,
---          whatever the owner.
+--          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
+--          _settle_claim.lua.
 -- Returns: {1 when the take was ours and settled else 0, 1 when the claim action applied}
+--#include _settle_claim
+--#include _dead_letter
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
@@ -37,44 +39,9 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then
-      local fields = {}
-      for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
-      local max_len, max_age = tonumber(ARGV[11]), tonumber(ARGV[12])
-      if max_len > 0 then
-        redis.call('XADD', KEYS[7], 'MAXLEN', '~', max_len, '*', unpack(fields))
-      else
-        redis.call('XADD', KEYS[7], '*', unpack(fields))
-      end
-      if max_age > 0 then
-        local t = redis.call('TIME')
-        local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age
-        redis.call('XTRIM', KEYS[7], 'MINID', '~', string.format('%.0f', oldest))
-      end
-    end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[11], ARGV[12], 13) end
     redis.call('DEL', KEYS[9])
   end
 end
-local claimed = 0
-local claim_token, action = ARGV[4], ARGV[5]
-if KEYS[10] and claim_token ~= '' and action ~= 'keep' then
-  local current = redis.call('GET', KEYS[10])
-  if action == 'done' then
-    if current == 'd:' .. ARGV[4] then
-      claimed = 1  -- applied by an earlier try whose reply was lost
-    elseif not current or current == 'c:' .. claim_token then
-      redis.call('SET', KEYS[10], 'd:' .. claim_token, 'PX', ARGV[6])
-      claimed = 1
-    end
-  elseif current == 'c:' .. claim_token then
-    redis.call('DEL', KEYS[10])
-    claimed = 1
-  end
-end
-if claimed == 1 and action == 'done' and KEYS[11] and ARGV[7] ~= '' then
-  local old = redis.call('GET', KEYS[11])
-  if not old or string.sub(old, 1, 2) == 'd:' then
-    redis.call('SET', KEYS[11], ARGV[7], 'PX', ARGV[6])
-  end
-end
+local claimed = settle_claim(KEYS[10], KEYS[11], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 return {owned, claimed}

@@ -15,15 +15,13 @@
 --          one was paused or cut off past the visibility timeout) is not touched: a zombie's
 --          settle cannot free a job that someone else is running.
 --          'abandoned' (a run cut short) touches no entry, only the claim.
---          The claim, whatever the entry's owner: 'done' writes the done marker 'd:<token>'
---          when the claim is still ours or gone (its lease lapsed while Redis was down: the
---          work did happen), never over another owner's live claim; 'release' deletes it
---          only while it is ours; 'keep' leaves it (an abandoned sync run still holds it).
---          With a 0.1 name, 'done' also writes the tagged marker there (never over a live
---          0.1 claim), so 0.1 workers of a rolling deploy skip the job too.
+--          The claim, whatever the entry's owner: see _settle_claim.lua (done marker,
+--          also under the 0.1 name; release; keep).
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
 -- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
+--#include _settle_claim
+--#include _dead_letter
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned = 0
@@ -40,44 +38,9 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     redis.call('ZADD', delayed, string.format('%.0f', now + tonumber(ARGV[10])), ARGV[9])
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[10])
   else
-    if kind == 'dead' then
-      local fields = {}
-      for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
-      local max_len, max_age = tonumber(ARGV[11]), tonumber(ARGV[12])
-      if max_len > 0 then
-        redis.call('XADD', dead, 'MAXLEN', '~', max_len, '*', unpack(fields))
-      else
-        redis.call('XADD', dead, '*', unpack(fields))
-      end
-      if max_age > 0 then
-        local t = redis.call('TIME')
-        local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age
-        redis.call('XTRIM', dead, 'MINID', '~', string.format('%.0f', oldest))
-      end
-    end
+    if kind == 'dead' then add_dead_letter(dead, ARGV[11], ARGV[12], 13) end
     redis.call('DEL', marker)
   end
 end
-local claimed = 0
-local token, action = ARGV[5], ARGV[6]
-if KEYS[6] and token ~= '' and action ~= 'keep' then
-  local current = redis.call('GET', KEYS[6])
-  if action == 'done' then
-    if current == 'd:' .. ARGV[5] then
-      claimed = 1  -- applied by an earlier try whose reply was lost
-    elseif not current or current == 'c:' .. token then
-      redis.call('SET', KEYS[6], 'd:' .. token, 'PX', ARGV[7])
-      claimed = 1
-    end
-  elseif current == 'c:' .. token then
-    redis.call('DEL', KEYS[6])
-    claimed = 1
-  end
-end
-if claimed == 1 and action == 'done' and KEYS[7] and ARGV[8] ~= '' then
-  local old = redis.call('GET', KEYS[7])
-  if not old or string.sub(old, 1, 2) == 'd:' then
-    redis.call('SET', KEYS[7], ARGV[8], 'PX', ARGV[7])
-  end
-end
+local claimed = settle_claim(KEYS[6], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 return {owned, claimed}
