@@ -42,6 +42,7 @@ SOCKET_TIMEOUT = 5.0
 # Seconds an async caller waits for a free pooled connection: a full pool is load, not a
 # fault, so the wait is long; past it the call fails as a connection error.
 POOL_WAIT_TIMEOUT = 60.0
+SYNC_MAX_CONNECTIONS = 512
 # Pool size when the caller names none (redis-py's own default).
 DEFAULT_MAX_CONNECTIONS = 100
 # Query parameters whose value is a secret: password, ssl_password, token, api_key, ...
@@ -393,9 +394,18 @@ def sync_client(url: str) -> redis.Redis:
         ConfigError: the URL is not a Redis URL.
     """
     try:
-        return redis.Redis.from_url(url, **_connection_options(url, SOCKET_TIMEOUT))
+        # Blocking, and larger than redis-py's 100: a Django app's or a worker's threads
+        # (claims inside sync tasks, the lease keeper) wait for a connection instead of
+        # failing with "Too many connections"; connections are only made when needed.
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=SYNC_MAX_CONNECTIONS,
+            timeout=POOL_WAIT_TIMEOUT,
+            **_connection_options(url, SOCKET_TIMEOUT),
+        )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
+    return redis.Redis.from_pool(pool)
 
 
 @contextlib.contextmanager

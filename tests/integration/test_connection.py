@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -373,3 +374,29 @@ async def test_a_busy_pool_makes_callers_wait_instead_of_failing(
     finally:
         admin.close()
         await client.aclose()
+
+
+def test_many_threads_claiming_at_once_wait_for_a_connection_instead_of_failing(
+    make_app: Callable[..., App],
+) -> None:
+    """Defect 19: more threads than redis-py's default pool of 100, each holding a
+    connection for a moment, all get one (a blocking pool), none fails."""
+    app = make_app()
+    barrier = threading.Barrier(150)
+    errors: list[BaseException] = []
+
+    def claim(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            with app.idempotent(f"pool:{n}"):
+                pass
+        except BaseException as e:  # collected: the assertion below names it
+            errors.append(e)
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(150)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert all(app.client().get(app.keys.claim(f"pool:{n}")) for n in range(150))
