@@ -177,8 +177,14 @@ class Producer(Protocol):
 class Consumer(Protocol):
     """One worker's connection to the jobs of some queues."""
 
-    async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
-        """Take up to ``free`` messages, following the per-level quotas."""
+    async def read(
+        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
+    ) -> ReadResult:
+        """Take up to ``free`` messages, following the per-level quotas.
+
+        ``running``: refs this worker still runs or settles; the sorted backend never
+        hands them out again when their leases lapsed (streams reclaim: see reclaim).
+        """
 
     async def wait_for_work(self, timeout: float) -> None:
         """Block until new work may be there, or ``timeout`` seconds pass."""

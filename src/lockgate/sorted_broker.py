@@ -97,7 +97,9 @@ class SortedConsumer:
         self._consumer = consumer
         self._wake_ids: dict[KeyT, StreamIdT] = {}
 
-    async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
+    async def read(
+        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
+    ) -> ReadResult:
         shift = self._turn % len(self._queues)
         self._turn += 1
         queues = self._queues[shift:] + self._queues[:shift]
@@ -108,7 +110,7 @@ class SortedConsumer:
                 "take_sorted",
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
                  q.owners, q.wake],
-                [free - len(result.deliveries), self._lease_ms, self._consumer],
+                [free - len(result.deliveries), self._lease_ms, self._consumer, *running],
             )  # fmt: skip
             with translated(self._url):
                 taken, _returned, next_ms, wake_id = await self._scripts.run(call)

@@ -123,7 +123,9 @@ class StreamConsumer:
         job, error, job_id, raw = decode_entry(fields)
         return Delivery(queue, level, stream, text(entry_id), job, error, job_id, raw)
 
-    async def read(self, free: int, quotas: Sequence[int]) -> ReadResult:
+    async def read(
+        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
+    ) -> ReadResult:
         layout = self._layout()
         streams = [stream for stream, _, _ in layout]
         delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]

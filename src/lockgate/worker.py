@@ -230,7 +230,8 @@ class Worker:
             return True
         if time.monotonic() >= self._next_reclaim and await self._reclaim():
             return False
-        result = await self._consumer.read(free, policy.plan(free))
+        mine = self._mine() if self.app.backend == "sorted" else ()
+        result = await self._consumer.read(free, policy.plan(free), mine)
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:
             self._start(delivery)
@@ -252,9 +253,7 @@ class Worker:
         """Take over one job a dead worker left; True when one was taken."""
         assert self._consumer is not None
         visibility = self.config.visibility_seconds
-        assert self._settler is not None
-        mine = [d.ref for d in (*self._running.values(), *self._settler.unsettled)]
-        delivery = await self._consumer.reclaim(visibility, mine)
+        delivery = await self._consumer.reclaim(visibility, self._mine())
         if delivery is None:
             self._next_reclaim = time.monotonic() + visibility / 2
             self._reclaim_rounds += 1
@@ -268,6 +267,11 @@ class Worker:
         self._next_reclaim = 0.0  # more may be waiting: look again after this one
         self._start(delivery)
         return True
+
+    def _mine(self) -> list[str]:
+        """Refs of the jobs this worker runs or has yet to settle."""
+        assert self._settler is not None
+        return [d.ref for d in (*self._running.values(), *self._settler.unsettled)]
 
     def _start(self, delivery: Delivery) -> None:
         task = asyncio.create_task(self._execute(delivery))

@@ -57,14 +57,19 @@ class Take(NamedTuple):
 
 
 def take(
-    scripts: SyncScripts, q: SortedKeys, limit: int, lease_ms: int, consumer: str = "w1"
+    scripts: SyncScripts,
+    q: SortedKeys,
+    limit: int,
+    lease_ms: int,
+    consumer: str = "w1",
+    running: tuple[str, ...] = (),
 ) -> Take:
-    """take_sorted for one worker (consumer name)."""
+    """take_sorted for one worker (consumer name, the job ids it still runs)."""
     flat, returned, next_ms, wake_id = run(
         scripts,
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
-        [limit, lease_ms, consumer],
+        [limit, lease_ms, consumer, *running],
     )
     taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
     return Take(taken, returned, next_ms, wake_id)
@@ -252,6 +257,20 @@ def test_expired_lease_is_taken_again_in_the_same_call_with_the_rest(
     assert got.jobs == [(b"a", b"Pa", 2), (b"b", b"Pb", 1), (b"c", b"Pc", 1)]
     assert got.returned == 1
     assert waiting(rclient, q) == []
+
+
+def test_an_expired_lease_of_a_job_the_worker_still_runs_is_not_handed_out_again(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    """Its heartbeats lapsed (Redis was unreachable): the next one extends it."""
+    enqueue(scripts, keys, q, ("a", 0), ("b", 0))
+    ((first, *_),) = take(scripts, q, 1, 60_000).taken
+    assert first == b"a"
+    rclient.zadd(q.inflight, {"a": 1})  # a lease that ended long ago
+    got = take(scripts, q, 2, 60_000, running=("a",))
+    assert [t.job_id for t in got.taken] == [b"b"]
+    assert got.returned == 1  # counted as expired, but left in flight for its owner
+    assert rclient.zscore(q.inflight, "a") == 1
 
 
 def test_expired_lease_of_a_finished_job_is_dropped(

@@ -1,6 +1,8 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
 -- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream)
--- ARGV: limit (free slots), lease in ms, consumer name
+-- ARGV: limit (free slots), lease in ms, consumer name, then the job ids this worker still
+--       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
+--       expired leases are left for the worker's next heartbeat, never handed out again
 -- Touches: moves due delayed jobs to waiting, and jobs whose lease expired (a dead
 --          worker's) from inflight back to waiting, both at their stored rank; then moves
 --          up to limit jobs from waiting to inflight, scored by their lease deadline, counts
@@ -15,11 +17,15 @@
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mine = {}
+for i = 4, #ARGV do mine[ARGV[i]] = true end
 local function requeue(from, ids)
   for _, id in ipairs(ids) do
-    local rank = redis.call('HGET', KEYS[4], id)
-    if rank then redis.call('ZADD', KEYS[1], rank, id) end
-    redis.call('ZREM', from, id)
+    if not (from == KEYS[2] and mine[id]) then
+      local rank = redis.call('HGET', KEYS[4], id)
+      if rank then redis.call('ZADD', KEYS[1], rank, id) end
+      redis.call('ZREM', from, id)
+    end
   end
 end
 requeue(KEYS[5], redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000))
