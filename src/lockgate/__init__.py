@@ -4,6 +4,7 @@ from lockgate.app import App, EnqueueResult, Message, Task
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, current_job
 from lockgate.errors import (
+    AccessDenied,
     AlreadyProcessed,
     BrokerError,
     ClaimBusy,
@@ -15,6 +16,7 @@ from lockgate.errors import (
     RetryableError,
     ScriptError,
     SerializationError,
+    ServerBusy,
     StepDone,
     TaskNotFound,
 )
@@ -22,6 +24,7 @@ from lockgate.retry import Backoff
 from lockgate.worker import Worker
 
 __all__ = [
+    "AccessDenied",
     "AlreadyProcessed",
     "App",
     "Backoff",
@@ -38,6 +41,7 @@ __all__ = [
     "RetryableError",
     "ScriptError",
     "SerializationError",
+    "ServerBusy",
     "StepDone",
     "Task",
     "TaskNotFound",

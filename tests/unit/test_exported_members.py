@@ -7,6 +7,7 @@ import types
 import lockgate
 
 EXPECTED = [
+    "AccessDenied",
     "AlreadyProcessed",
     "App",
     "Backoff",
@@ -23,6 +24,7 @@ EXPECTED = [
     "RetryableError",
     "ScriptError",
     "SerializationError",
+    "ServerBusy",
     "StepDone",
     "Task",
     "TaskNotFound",
@@ -58,10 +60,14 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 13
+    assert len(errors) == 15
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
+    assert issubclass(lockgate.ServerBusy, lockgate.BrokerError)
+    # A refusal that cannot heal is a configuration error: the CLI exits 2 on it.
+    assert issubclass(lockgate.AccessDenied, lockgate.BrokerError)
+    assert issubclass(lockgate.AccessDenied, lockgate.ConfigError)
     assert issubclass(lockgate.InvalidArguments, TypeError)
     assert issubclass(lockgate.StepDone, lockgate.AlreadyProcessed)
     assert issubclass(lockgate.ClaimBusy, lockgate.RetryableError)
