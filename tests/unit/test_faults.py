@@ -1,0 +1,77 @@
+"""Redis errors are named once (lockgate.faults): transient, reload or fatal. Pure."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from redis.exceptions import NoPermissionError, NoScriptError
+
+from lockgate.errors import (
+    AccessDenied,
+    BrokerError,
+    ConfigError,
+    ConnectionFailed,
+    ScriptError,
+    ServerBusy,
+)
+from lockgate.faults import classify, translate
+
+URL = "redis://:***@h:6379/0"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        "LOADING Redis is loading the dataset in memory",
+        "OOM command not allowed when used memory > 'maxmemory'.",
+        "READONLY You can't write against a read only replica.",
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "CLUSTERDOWN The cluster is down",
+        "UNBLOCKED force unblock from blocking operation, instance state changed",
+    ],
+)
+def test_the_server_saying_not_now_is_transient(message: str) -> None:
+    error = translate(redis.ResponseError(message), URL)
+    assert isinstance(error, ServerBusy)
+    assert classify(error) == "transient"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [redis.ConnectionError("Connection closed by server."), redis.TimeoutError(), OSError(104)],
+)
+def test_a_lost_connection_is_transient(error: Exception) -> None:
+    translated = translate(error, URL)  # type: ignore[arg-type]
+    assert isinstance(translated, ConnectionFailed)
+    assert classify(translated) == "transient"
+    assert URL in str(translated)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NoPermissionError("NOPERM this user has no permissions to run the 'evalsha' command"),
+        redis.AuthenticationError("WRONGPASS invalid username-password pair"),
+        redis.ResponseError("ERR unknown command 'EVALSHA', with args beginning with: "),
+        redis.ConnectionError("NOAUTH Authentication required."),
+    ],
+)
+def test_a_refusal_that_cannot_heal_is_fatal_and_a_config_error(error: Exception) -> None:
+    translated = translate(error, URL)  # type: ignore[arg-type]
+    assert isinstance(translated, AccessDenied)
+    assert isinstance(translated, ConfigError)  # the CLI exits 2
+    assert classify(translated) == "fatal"
+
+
+def test_a_flushed_script_cache_reloads() -> None:
+    error = translate(NoScriptError("NOSCRIPT No matching script. Please use EVAL."), URL)
+    assert isinstance(error, ScriptError)
+    assert classify(error) == "reload"
+
+
+def test_anything_else_is_retried_not_dropped() -> None:
+    error = translate(redis.ResponseError("WRONGTYPE Operation against a key"), URL)
+    assert type(error) is BrokerError
+    assert classify(error) == "transient"
