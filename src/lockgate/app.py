@@ -434,8 +434,9 @@ class App:
 
         Raises:
             AlreadyProcessed: on entry, when the key is done.
-            ClaimBusy: on entry, when another worker holds a live claim (a
-                ``RetryableError``: a worker retries the job after the lease).
+            ClaimBusy: on entry, when another worker holds a live claim: a worker puts
+                the job back and looks again soon (50 ms doubling to 1 s), spending no
+                attempt.
             ConfigError: bad key, TTL or lease, or a TTL under twice the running task's
                 retry window.
         """

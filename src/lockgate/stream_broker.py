@@ -79,7 +79,7 @@ def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str, 
 
 
 class StreamConsumer:
-    """One worker's reads, waits, acks, retries, dead letters and reclaims on its streams."""
+    """One worker's reads, waits, settles, heartbeats and reclaims on its streams."""
 
     def __init__(
         self,
