@@ -113,13 +113,12 @@ class Settler:
         self._queue = []
         try:
             replies: Sequence[Any] = await self._consumer.settle(calls)
-        except LockgateError as e:
-            if classify(e) == "fatal":
-                self._queue = batch + self._queue
+        except BaseException as e:  # cancelled too: nothing queued is ever dropped
+            self._queue = batch + self._queue
+            if not isinstance(e, LockgateError) or classify(e) == "fatal":
                 raise
             log.error("could not settle %d jobs (%s); keeping them and their claims, "
                       "trying again", len(batch), e)  # fmt: skip
-            self._queue = batch + self._queue
             return False
         failed: list[tuple[Ending, Settlement]] = []
         fatal: LockgateError | None = None
