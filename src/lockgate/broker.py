@@ -24,8 +24,8 @@ from redis.backoff import NoBackoff
 
 from lockgate import faults
 from lockgate.codec import Job
-from lockgate.errors import ConfigError, ConnectionFailed
-from lockgate.lua import Arg, ScriptCall
+from lockgate.errors import BrokerError, ConfigError, ConnectionFailed
+from lockgate.lua import Arg, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
@@ -193,7 +193,8 @@ class Consumer(Protocol):
         """The one script call that applies a settlement, owner-checked (pure)."""
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Apply settle calls in one round trip; per call, its reply or the error it met.
+        """Apply settle calls in one round trip; per call, its reply or the lockgate error
+        it met (see :func:`translated_replies`).
 
         Raises:
             BrokerError: the round trip itself failed (nothing or some applied).
@@ -421,6 +422,39 @@ def translated(url: str) -> Iterator[None]:
         yield
     except (redis.RedisError, OSError) as e:
         raise faults.translate(e, masked(url)) from e
+
+
+def safe_call(call: ScriptCall) -> ScriptCall:
+    """The call with its text arguments as UTF-8 bytes, anything unencodable escaped.
+
+    An error message may hold a lone surrogate (a file name read with surrogateescape):
+    redis-py would fail to encode it at send time, for the whole pipeline, every time.
+    """
+    args = [a.encode("utf-8", "backslashreplace") if isinstance(a, str) else a for a in call.args]
+    return ScriptCall(call.script, call.keys, args)
+
+
+def translated_replies(replies: Sequence[Any], url: str) -> list[Any]:
+    """Pipeline replies with each call's error translated into a lockgate error."""
+    out: list[Any] = []
+    for reply in replies:
+        if isinstance(reply, redis.RedisError | OSError):
+            reply = faults.translate(reply, masked(url))
+        elif isinstance(reply, Exception):
+            reply = BrokerError(f"{type(reply).__name__}: {reply}")
+        out.append(reply)
+    return out
+
+
+def settle_sync(scripts: SyncScripts, url: str, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Apply settle calls through a sync client (a pool thread's path), one round trip.
+
+    Returns:
+        Per call, its reply or the lockgate error it met.
+    """
+    with translated(url):
+        replies = scripts.run_each(calls)
+    return translated_replies(replies, url)
 
 
 def text(value: bytes | str) -> str:

@@ -143,11 +143,12 @@ def worker(
         )
         running = Worker(app, config)
         run_async(running.run(install_signal_handlers=True))
-        if running.abandoned_threads:
-            # A forced stop: sync runs still going would hold the process open (the
-            # interpreter joins its pool's threads at exit). Their claims lapse with the
-            # process and their jobs are redelivered.
-            log.warning("exiting with %d sync runs still going", running.abandoned_threads)
+        if running.busy_threads:
+            # Sync runs or child processes still going (a forced stop, a run past its
+            # timeout) would hold the process open: the interpreter joins its pool's
+            # threads at exit. Their claims lapse with the process (children die with
+            # it) and their jobs are redelivered.
+            log.warning("exiting with %d runs still going", running.busy_threads)
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()

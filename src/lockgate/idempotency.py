@@ -207,7 +207,10 @@ class Claim:
     def settle_call(self, action: str, duration: float) -> ScriptCall:
         """The script call that finishes ('done', 'release') or renews this claim."""
         ms = max(1, round(duration * 1000))
-        return ScriptCall("idem_settle", [self._redis_key], [self.token, action, ms])
+        keys = [self._redis_key]
+        if self._legacy_key is not None:
+            keys.append(self._legacy_key)
+        return ScriptCall("idem_settle", keys, [self.token, action, ms, self.legacy_done_value()])
 
     def _claim_call(self) -> ScriptCall:
         keys = [self._redis_key]

@@ -134,10 +134,7 @@ async def run_in_child(
         asyncio.CancelledError: the caller was cancelled; the child runs on, and the
             executor thread still reaps it and logs how it ended.
     """
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
-        raise ConfigError(f"a child's timeout must be positive seconds or None, got {timeout!r}")
+    _check_timeout(timeout)
     context = contextvars.copy_context()
     future = executor.submit(_fork_and_wait, work, context, timeout)
     try:
@@ -148,6 +145,23 @@ async def run_in_child(
         if not future.cancel():
             future.add_done_callback(_log_abandoned)
         raise
+
+
+def run_child(work: Callable[[], bytes], *, timeout: float | None) -> ChildExit:
+    """:func:`run_in_child` for a caller that is itself a pool thread (never the loop's).
+
+    The worker's runner uses it so that a child run is waited for like a sync task: a
+    graceful stop waits for it, a forced one hands its report to whoever settles it.
+    """
+    _check_timeout(timeout)
+    return _fork_and_wait(work, contextvars.copy_context(), timeout)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ConfigError(f"a child's timeout must be positive seconds or None, got {timeout!r}")
 
 
 def _log_abandoned(future: concurrent.futures.Future[ChildExit]) -> None:

@@ -37,13 +37,17 @@ class Keys:
         """An idempotency claim or done marker."""
         return f"{self.prefix}:idem:{key}"
 
-    def job_claim(self, task: str, job_id: str) -> str:
-        """The claim of an ``idempotent=True`` task's job: one per task and job id."""
-        return self.claim(f"job:{task}:{job_id}")
+    @staticmethod
+    def job_claim_name(task: str, job_id: str) -> str:
+        """The idempotency key of an ``idempotent=True`` task's job (its Redis key is
+        :meth:`claim` of it): one per task and job id."""
+        return f"job:{task}:{job_id}"
 
-    def legacy_job_claim(self, job_id: str) -> str:
-        """The job claim written by lockgate 0.1, keyed by job id alone (still honoured)."""
-        return self.claim(f"job:{job_id}")
+    @staticmethod
+    def legacy_job_claim_name(job_id: str) -> str:
+        """The same claim as lockgate 0.1 named it, by job id alone (still honoured, and
+        still marked, for 0.1 workers in a rolling deploy)."""
+        return f"job:{job_id}"
 
     def wake(self) -> str:
         """A short stream XADDed when a delayed job or retry is scheduled: idle workers block

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +40,7 @@ from lockgate.errors import (
     InvalidArguments,
 )
 from lockgate.idempotency import Claim
+from lockgate.keys import Keys
 from lockgate.outcome import (
     ErrorInfo,
     Outcome,
@@ -66,19 +67,25 @@ class Ending:
     task: Task[Any, Any] | None = None
 
 
+Finisher = Callable[[Any, BaseException | None], None]
+
+
 class SyncRun:
-    """A sync task call in a thread, which can be told, once abandoned, how to settle."""
+    """A call in a pool thread (a sync task, or the wait for a child process) which can be
+    told, once abandoned, what to do with its result when it ends."""
 
     def __init__(self, call: Callable[[], Any]) -> None:
         self._call = call
         self._lock = threading.Lock()
         self._finished = False
-        self._finisher: Callable[[BaseException | None], None] | None = None
+        self._finisher: Finisher | None = None
 
     def __call__(self) -> Any:
+        result: Any = None
         error: BaseException | None = None
         try:
-            return self._call()
+            result = self._call()
+            return result
         except BaseException as e:
             error = e
             raise
@@ -88,17 +95,43 @@ class SyncRun:
                 finisher = self._finisher
             if finisher is not None:
                 try:
-                    finisher(error)
+                    finisher(result, error)
                 except Exception:  # the thread is the last owner of this job: say so
                     log.exception("an abandoned run could not settle its job")
 
-    def abandon(self, finisher: Callable[[BaseException | None], None]) -> bool:
+    def abandon(self, finisher: Finisher) -> bool:
         """Hand the run's end to ``finisher`` (called in its thread); False if it ended."""
         with self._lock:
             if self._finished:
                 return False
             self._finisher = finisher
             return True
+
+
+class TaskPool(ThreadPoolExecutor):
+    """The worker's threads, counting the calls still running (or waiting to run)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size, "lockgate-task")
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+
+    @property
+    def busy(self) -> int:
+        """Calls submitted and not finished: a process exit would have to wait for them."""
+        with self._busy_lock:
+            return self._busy
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._busy_lock:
+            self._busy += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: Future[Any]) -> None:
+        with self._busy_lock:
+            self._busy -= 1
 
 
 class Abandoned(Exception):
@@ -120,16 +153,14 @@ class JobRunner:
         self,
         app: App,
         config: WorkerConfig,
-        pool: ThreadPoolExecutor,
+        pool: TaskPool,
         finish_abandoned: Callable[[Ending], None],
     ) -> None:
         self.app = app
         self.config = config
         self.pool = pool
         self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
-        self.abandoned_threads = 0
         self._finish_abandoned = finish_abandoned
-        self._abandoned_lock = threading.Lock()
 
     async def run(self, delivery: Delivery) -> Ending:
         """Run a delivery; the ending says how to settle it."""
@@ -159,18 +190,22 @@ class JobRunner:
             run.claim, early = await self._claim(task, job)
             if early is not None:
                 return Ending(delivery, early, task=task)
-        if delivery.deliveries > 1 or job.crashes > 0:
-            outcome = await self._run_isolated(run)
-        else:
-            outcome = await self._run_here(run)
+        try:
+            if isolated(delivery):
+                outcome = await self._run_isolated(run)
+            else:
+                outcome = await self._run_here(run)
+        except Exception as e:  # the runner itself failed (a fork refused, say)
+            log.exception("job %s (%s) could not be run; trying again", job.id, job.task)
+            outcome = wait(job, CLAIM_RETRY, f"could not be run: {e!r}")
         return Ending(delivery, outcome, run.claim, task)
 
     async def _claim(self, task: Task[Any, Any], job: Job) -> tuple[Claim | None, Outcome | None]:
         """Claim an idempotent task's job; an outcome instead when it must not run now."""
         claim = Claim(
-            self.app, f"job:{task.name}:{job.id}", ttl=task.idempotency_ttl,
-            lease=self.config.claim_lease_seconds, legacy_key=f"job:{job.id}",
-            legacy_scope=task.name,
+            self.app, Keys.job_claim_name(task.name, job.id), ttl=task.idempotency_ttl,
+            lease=self.config.claim_lease_seconds,
+            legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name,
         )  # fmt: skip
         try:
             await claim.__aenter__()
@@ -220,20 +255,36 @@ class JobRunner:
 
     async def _run_sync(self, run: _Run) -> None:
         task = run.task
-        call = SyncRun(lambda: task.fn(*run.args, **run.kwargs))
-        copied = contextvars.copy_context()
-        running = asyncio.get_running_loop().run_in_executor(self.pool, copied.run, call)
-        timeout = task.retry.timeout
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        returned = await self._in_thread(
+            SyncRun(lambda: task.fn(*run.args, **run.kwargs)), task.retry.timeout, run
+        )
+        if inspect.isawaitable(returned):
+            close = getattr(returned, "close", None)
+            if close is not None:
+                close()  # a coroutine never awaited would warn later, far from here
+            raise TypeError(
+                f"task {task.name!r} is a plain function that returned an awaitable; "
+                "declare it with 'async def' so the worker awaits it"
+            )
+
+    async def _in_thread(self, call: SyncRun, timeout: float | None, run: _Run) -> Any:
+        """Await a call in a pool thread, which cannot be interrupted.
+
+        Past ``timeout`` the call is abandoned (it keeps the claim until it ends, then
+        settles the claim alone). A graceful stop waits for it; a forced stop abandons it
+        to settle the whole job itself when it ends, from its thread.
+        """
+        loop = asyncio.get_running_loop()
+        running = loop.run_in_executor(self.pool, contextvars.copy_context().run, call)
+        deadline = None if timeout is None else loop.time() + timeout
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
-                    returned = await asyncio.shield(running)
-                break
+                    return await asyncio.shield(running)
             except TimeoutError:
                 if call.abandon(self._claim_finisher(run)):
                     raise Abandoned(
-                        f"task {task.name!r} ran over its timeout of {timeout:g}s"
+                        f"task {run.task.name!r} ran over its timeout of {timeout:g}s"
                     ) from None
                 deadline = None  # it ended at the timeout: take its result
             except asyncio.CancelledError:
@@ -245,22 +296,12 @@ class JobRunner:
                         current.uncancel()
                     continue
                 if call.abandon(self._ending_finisher(run)):
-                    with self._abandoned_lock:
-                        self.abandoned_threads += 1
                     raise
-        if inspect.isawaitable(returned):
-            close = getattr(returned, "close", None)
-            if close is not None:
-                close()  # a coroutine never awaited would warn later, far from here
-            raise TypeError(
-                f"task {task.name!r} is a plain function that returned an awaitable; "
-                "declare it with 'async def' so the worker awaits it"
-            )
 
-    def _claim_finisher(self, run: _Run) -> Callable[[BaseException | None], None]:
+    def _claim_finisher(self, run: _Run) -> Finisher:
         """After a timeout: when the thread ends, settle the claim alone (done/release)."""
 
-        def finish(error: BaseException | None) -> None:
+        def finish(_: Any, error: BaseException | None) -> None:
             if run.claim is not None:
                 run.claim.__exit__(type(error) if error is not None else None, error, None)
             log.info("job %s (%s): the run abandoned at its timeout has ended",
@@ -268,13 +309,16 @@ class JobRunner:
 
         return finish
 
-    def _ending_finisher(self, run: _Run) -> Callable[[BaseException | None], None]:
+    def _ending_finisher(self, run: _Run) -> Finisher:
         """After a forced stop: when the thread ends, settle the whole job from it."""
 
-        def finish(error: BaseException | None) -> None:
-            with self._abandoned_lock:
-                self.abandoned_threads -= 1
-            outcome = self._decide(error, run)
+        def finish(result: Any, error: BaseException | None) -> None:
+            if isolated(run.delivery):
+                outcome = self._child_outcome(run, result) if error is None else wait(
+                    run.job, CLAIM_RETRY, f"could not be run: {error!r}"
+                )  # fmt: skip
+            else:
+                outcome = self._decide(error, run)
             self._finish_abandoned(Ending(run.delivery, outcome, run.claim, run.task))
 
         return finish
@@ -296,7 +340,14 @@ class JobRunner:
 
         log.info("job %s (%s) delivered %d times: running it in a child process",
                  job.id, job.task, run.delivery.deliveries)  # fmt: skip
-        ended = await isolation.run_in_child(work, timeout=task.retry.timeout, executor=self.pool)
+        timeout = task.retry.timeout
+        call = SyncRun(lambda: isolation.run_child(work, timeout=timeout))
+        ended = await self._in_thread(call, None, run)  # the child has its own timeout
+        return self._child_outcome(run, ended)
+
+    def _child_outcome(self, run: _Run, ended: isolation.ChildExit) -> Outcome:
+        """How a run in a child process ended (from any thread)."""
+        job = run.job
         if ended.report is not None:
             try:
                 return msgspec.json.decode(ended.report, type=Outcome)
@@ -316,6 +367,12 @@ class JobRunner:
         return Outcome(
             "retry", next_job=following, reason=reason, error=ErrorInfo("ProcessDied", reason)
         )
+
+
+def isolated(delivery: Delivery) -> bool:
+    """Whether a delivery runs in a child process: delivered before, or a known crasher."""
+    job = delivery.job
+    return delivery.deliveries > 1 or (job is not None and job.crashes > 0)
 
 
 @dataclass(slots=True)

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
 from typing import Any
 
-import redis
-
-from lockgate import deadletter, faults
+from lockgate import deadletter
 from lockgate.app import App
-from lockgate.broker import Consumer, Delivery, Settlement, translated
+from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
 from lockgate.errors import LockgateError
-from lockgate.faults import classify
+from lockgate.faults import Fault, classify
+from lockgate.lua import ScriptCall
+from lockgate.outcome import dead
 from lockgate.policy import reconnect_delay
 from lockgate.runner import Ending
 
 log = logging.getLogger(__name__)
+APPLY_TRIES = 5  # an abandoned run's own settle, from its thread
 
 
 def settlement(app: App, ending: Ending) -> Settlement:
@@ -47,6 +49,21 @@ def settlement(app: App, ending: Ending) -> Settlement:
     )  # fmt: skip
 
 
+def wire_call(consumer: Consumer, app: App, ending: Ending) -> ScriptCall:
+    """The settle call of an ending, its text already bytes (nothing fails at send time).
+
+    A value that cannot become a call (the next attempt no longer encodes, say) turns the
+    ending into a dead letter that says so, rather than a call that fails for ever.
+    """
+    try:
+        return safe_call(consumer.settle_call(settlement(app, ending)))
+    except LockgateError as e:
+        log.error("job %s: its ending cannot be written (%s); dead-lettering it",
+                  ending.delivery.job_id, e)  # fmt: skip
+        ending.outcome = dead("its ending could not be written", e)
+        return safe_call(consumer.settle_call(settlement(app, ending)))
+
+
 class Settler:
     """Queues endings and applies them; owned and supervised by the worker.
 
@@ -63,7 +80,8 @@ class Settler:
         self._app = app
         self._consumer = consumer
         self._applied = applied
-        self._queue: list[tuple[Ending, Settlement]] = []
+        self._queue: list[tuple[Ending, ScriptCall]] = []
+        self._inflight: list[tuple[Ending, ScriptCall]] = []
         self._wake = asyncio.Event()
         self.closing = asyncio.Event()
         self.failures = 0
@@ -73,19 +91,20 @@ class Settler:
         outcome = ending.outcome
         if outcome.kind == "abandoned" and (ending.claim is None or outcome.claim == "keep"):
             return
-        self._queue.append((ending, settlement(self._app, ending)))
+        self._queue.append((ending, wire_call(self._consumer, self._app, ending)))
         self._wake.set()
 
     @property
     def unsettled(self) -> list[Delivery]:
-        """Deliveries whose ending has not landed yet (they are still heartbeated)."""
-        return [ending.delivery for ending, _ in self._queue]
+        """Deliveries whose ending has not landed yet, in flight included (they are still
+        heartbeated, and never reclaimed by this worker)."""
+        return [ending.delivery for ending, _ in (*self._inflight, *self._queue)]
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._inflight)
 
     async def run(self) -> None:
-        """Apply endings until closed and nothing is left (or ``closing`` is forced)."""
+        """Apply endings until closed and nothing is left."""
         while True:
             if not self._queue:
                 if self.closing.is_set():
@@ -93,50 +112,55 @@ class Settler:
                 self._wake.clear()
                 await _first(self._wake.wait(), self.closing.wait())
                 continue
-            if await self.flush():
+            fault = await self.flush()
+            if fault is None:
                 self.failures = 0
                 continue
+            if fault == "reload":
+                continue  # redis-py loads the script again on the next call
             # Capped at 1 s: after a Redis restart the settle must land before the
             # visibility timeout hands the held-up jobs to another worker.
             delay = reconnect_delay(self.failures, cap=1.0)
             self.failures += 1
             await asyncio.sleep(delay)  # new endings join the next try
 
-    async def flush(self) -> bool:
-        """Send every queued ending once; True when nothing failed.
+    async def flush(self) -> Fault | None:
+        """Send every queued ending once; None when nothing failed, else the kind of fault.
 
         Raises:
             LockgateError: a refusal that cannot heal (the worker stops).
         """
-        batch = self._queue
-        calls = [self._consumer.settle_call(s) for _, s in batch]
-        self._queue = []
+        batch, self._queue = self._queue, []
+        self._inflight = batch
         try:
-            replies: Sequence[Any] = await self._consumer.settle(calls)
+            replies = await self._consumer.settle([call for _, call in batch])
         except BaseException as e:  # cancelled too: nothing queued is ever dropped
             self._queue = batch + self._queue
             if not isinstance(e, LockgateError) or classify(e) == "fatal":
                 raise
             log.error("could not settle %d jobs (%s); keeping them and their claims, "
                       "trying again", len(batch), e)  # fmt: skip
-            return False
-        failed: list[tuple[Ending, Settlement]] = []
-        fatal: LockgateError | None = None
-        for (ending, wire), reply in zip(batch, replies, strict=True):
-            if isinstance(reply, Exception):
-                error = reply if isinstance(reply, LockgateError) else _translate(reply)
-                if classify(error) == "fatal":
-                    fatal = fatal or error
-                else:
+            return classify(e)
+        finally:
+            self._inflight = []
+        failed: list[tuple[Ending, ScriptCall]] = []
+        faults: list[LockgateError] = []
+        for (ending, call), reply in zip(batch, replies, strict=True):
+            if isinstance(reply, LockgateError):
+                if classify(reply) != "fatal":
                     log.error("job %s: settling it failed (%s); trying again",
-                              ending.delivery.job_id, error)  # fmt: skip
-                failed.append((ending, wire))
+                              ending.delivery.job_id, reply)  # fmt: skip
+                faults.append(reply)
+                failed.append((ending, call))
                 continue
             self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
         self._queue = failed + self._queue
-        if fatal is not None:
-            raise fatal
-        return not failed
+        for error in faults:
+            if classify(error) == "fatal":
+                raise error
+        if any(classify(error) == "transient" for error in faults):
+            return "transient"
+        return "reload" if faults else None
 
     def _landed(self, ending: Ending, owned: bool, claim_applied: bool) -> None:
         claim, outcome = ending.claim, ending.outcome
@@ -149,27 +173,30 @@ class Settler:
         self._applied(ending, owned)
 
     def apply_now(self, ending: Ending) -> None:
-        """Apply an ending at once through the app's sync client (from a thread).
+        """Apply an ending at once through the app's sync client, from a pool thread.
 
-        For sync runs abandoned by a forced stop that end while the process lives.
+        For runs abandoned by a forced stop that end while the process lives. Tried a few
+        times; if it cannot land, the claim is let go (it lapses, the job is redelivered)
+        rather than held for as long as the process lives.
         """
-        wire = settlement(self._app, ending)
-        _, scripts = self._app.sync_connection()
-        with translated(self._app.redis_url):
-            reply = scripts.run_each([self._consumer.settle_call(wire)])[0]
-        if isinstance(reply, Exception):
-            raise _translate(reply)
-        claim = ending.claim
-        if claim is not None and ending.outcome.claim != "keep":
-            claim.settled(ending.outcome.claim, int(reply[1]))
-        log.info("job %s: an abandoned run ended and settled itself (%s)",
-                 ending.delivery.job_id, ending.outcome.kind)  # fmt: skip
-
-
-def _translate(error: Exception) -> LockgateError:
-    if isinstance(error, redis.RedisError):
-        return faults.translate(error, "(settle)")
-    return LockgateError(f"{type(error).__name__}: {error}")
+        call = wire_call(self._consumer, self._app, ending)
+        for attempt in range(APPLY_TRIES):
+            try:
+                _, scripts = self._app.sync_connection()
+                (reply,) = settle_sync(scripts, self._app.redis_url, [call])
+                if isinstance(reply, LockgateError):
+                    raise reply
+            except LockgateError as e:
+                log.error("job %s: an abandoned run ended but could not settle (%s)",
+                          ending.delivery.job_id, e)  # fmt: skip
+                time.sleep(reconnect_delay(attempt, cap=1.0))
+                continue
+            self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
+            log.info("job %s: an abandoned run ended and settled itself (%s)",
+                     ending.delivery.job_id, ending.outcome.kind)  # fmt: skip
+            return
+        if ending.claim is not None:
+            self._app.lease_keeper.remove(ending.claim)
 
 
 async def _first(*waits: Any) -> None:

@@ -30,6 +30,7 @@ from lockgate.broker import (
     by_source,
     text,
     translated,
+    translated_replies,
 )
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
@@ -164,7 +165,8 @@ class SortedConsumer:
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
         with translated(self._url):
-            return await self._scripts.run_each(calls)
+            replies = await self._scripts.run_each(calls)
+        return translated_replies(replies, self._url)
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         return None  # expired leases come back through read()

@@ -26,6 +26,7 @@ from lockgate.broker import (
     by_source,
     text,
     translated,
+    translated_replies,
 )
 from lockgate.codec import Job
 from lockgate.config import Levels
@@ -179,7 +180,8 @@ class StreamConsumer:
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
         with translated(self._url):
-            return await self._scripts.run_each(calls)
+            replies = await self._scripts.run_each(calls)
+        return translated_replies(replies, self._url)
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         # Rotate the order so a stream with a steady trickle cannot hide another's.

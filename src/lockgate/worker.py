@@ -34,7 +34,6 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lockgate.app import App
@@ -49,7 +48,7 @@ from lockgate.errors import LockgateError
 from lockgate.faults import classify
 from lockgate.outcome import dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
-from lockgate.runner import Ending, JobRunner
+from lockgate.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.settler import Settler
 from lockgate.sorted_broker import SortedConsumer, SortedProducer
 from lockgate.stream_broker import StreamConsumer
@@ -85,7 +84,7 @@ class Worker:
         self._consumer: Consumer | None = None
         self._runner: JobRunner | None = None
         self._settler: Settler | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: TaskPool | None = None
         self._next_reclaim = 0.0
         self._reclaim_rounds = 0
         self._burst = False
@@ -96,9 +95,11 @@ class Worker:
         return self.retried + self.dead
 
     @property
-    def abandoned_threads(self) -> int:
-        """Sync runs left running by a forced stop (the CLI exits without waiting)."""
-        return self._runner.abandoned_threads if self._runner is not None else 0
+    def busy_threads(self) -> int:
+        """Pool threads still at work after a stop: sync runs abandoned at their timeout
+        or by a forced stop, waits on child processes. The interpreter would wait for
+        them at exit; the CLI exits without them (their claims lapse with the process)."""
+        return self._pool.busy if self._pool is not None else 0
 
     def request_stop(self) -> None:
         """Stop taking jobs; running ones get the grace period. A second call stops now."""
@@ -134,7 +135,7 @@ class Worker:
         self.app.adopt_async_client(client)  # claims and tasks share the worker's client
         self._burst = burst
         # Sync runs, runs abandoned at their timeout, and waits on child processes.
-        self._pool = ThreadPoolExecutor(concurrency * 3, "lockgate-task")
+        self._pool = TaskPool(concurrency * 3)
         self._settler = Settler(self.app, consumer, self._applied)
         self._runner = JobRunner(self.app, self.config, self._pool, self._settler.apply_now)
         if install_signal_handlers:
@@ -188,11 +189,13 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except LockgateError as e:
-                if classify(e) == "fatal":  # run() raises it: one line from the CLI
+                fault = classify(e)
+                if fault == "fatal":  # run() raises it: one line from the CLI
                     log.debug("%s: %s; the worker stops", name, e)
                     self._fail(e)
                     return
-                delay = reconnect_delay(failures)
+                # NOSCRIPT: redis-py loads the script again on the next call.
+                delay = 0.0 if fault == "reload" else reconnect_delay(failures)
                 log.error("%s: %s; retrying in %.1fs", name, e, delay)
             except Exception as e:  # a bug must not stop the loop silently either
                 delay = reconnect_delay(failures)
@@ -205,10 +208,13 @@ class Worker:
             await self._unless_stopping(asyncio.sleep(delay), closing=name != "fetch")
 
     def _fail(self, error: BaseException) -> None:
+        """A fatal error: stop at once, as a second stop would (claims are kept)."""
         if self._fatal is None:
             self._fatal = error
         if self._runner is not None:
             self._runner.forced.set()
+        for task in self._running:
+            task.cancel()
         self._stopping.set()
         self._wake.set()
         if self._settler is not None:
@@ -365,10 +371,12 @@ class Worker:
     # stopping
 
     def _cancellable(self, task: asyncio.Task[None]) -> bool:
-        """Async first deliveries stop on cancel; sync runs and child processes cannot."""
+        """Async runs here stop on cancel; sync runs and child processes cannot."""
         delivery = self._running.get(task)
-        if delivery is None or delivery.job is None or delivery.deliveries > 1:
-            return delivery is not None and delivery.job is None
+        if delivery is None or delivery.job is None:
+            return True
+        if isolated(delivery):
+            return False
         registered = self.app.tasks.get(delivery.job.task)
         return registered is None or registered.is_async
 

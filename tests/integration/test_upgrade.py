@@ -150,11 +150,12 @@ def runs(rclient: redis.Redis, app: App) -> list[str]:
 
 def recording_app(make_app: Callable[..., App], **options: Any) -> App:
     """An app whose tasks note ``job id:attempt`` in Redis (from a child process too);
-    ``charge``, an ``idempotent=True`` task, adds whether the job's 0.1 claim key was still
-    there while it ran (``held``) or not (``free``)."""
+    ``charge``, an ``idempotent=True`` task, adds whether another owner's claim was still
+    under the job's 0.1 name while it ran (``held``) or not (``free``: absent, or the
+    mirror of this run's own claim, which 0.1 workers of a rolling deploy must see)."""
     app = make_app(**options)
 
-    def write_run(legacy: str | None = None) -> None:
+    def write_run(legacy: str | None = None, mine: str | None = None) -> None:
         # A client per run, not app.client(): a redelivered job runs in a forked child,
         # and the shared client's pool lock may be held at the fork by another task's
         # thread; redis-py's reset() in the child then waits on it forever.
@@ -162,7 +163,8 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
         with redis.Redis.from_url(app.redis_url) as client:
             text = f"{job.job_id}:{job.attempt}"
             if legacy is not None:
-                text += ":held" if client.exists(legacy) else ":free"
+                other = client.get(legacy)
+                text += ":held" if other and other != client.get(mine or "") else ":free"
             client.rpush(runs_key(app), text)
 
     @app.task
@@ -171,7 +173,11 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
 
     @app.task(idempotent=True)
     def charge(order: str) -> None:
-        write_run(app.keys.legacy_job_claim(current_job().job_id))
+        job = current_job()
+        write_run(
+            app.keys.claim(Keys.legacy_job_claim_name(job.job_id)),
+            app.keys.claim(Keys.job_claim_name(job.task, job.job_id)),
+        )
 
     return app
 
@@ -179,8 +185,8 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
 def done_under_both_names(rclient: redis.Redis, keys: Keys, task: str, job_id: str) -> bool:
     """The new worker marked the job done under its key and, tagged with the task, under
     the 0.1 name too (so 0.1 workers of a rolling deploy skip the job as well)."""
-    marker = rclient.get(keys.job_claim(task, job_id))
-    legacy = rclient.get(keys.legacy_job_claim(job_id))
+    marker = rclient.get(keys.claim(Keys.job_claim_name(task, job_id)))
+    legacy = rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id)))
     return (
         marker is not None
         and marker.startswith(b"d:")
@@ -243,8 +249,10 @@ async def test_a_0_1_done_marker_acknowledges_the_job_without_running_it(
     assert streams_left(rclient, app) == 0
     assert job_markers(rclient, app) == []
     for job_id, marker in markers.items():
-        assert rclient.get(keys.legacy_job_claim(job_id)) == marker  # left as 0.1 wrote it
-        assert not rclient.exists(keys.job_claim("charge", job_id))
+        assert (
+            rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id))) == marker
+        )  # left as 0.1 wrote it
+        assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", job_id)))
     assert list_dead(app) == []
     assert (worker.retried, worker.dead) == (0, 0)
 
@@ -254,7 +262,7 @@ async def test_a_0_1_live_claim_holds_the_job_back_until_it_lapses_then_it_runs_
 ) -> None:
     app = recording_app(make_app)
     keys = app.keys
-    legacy = keys.legacy_job_claim("busy-1")
+    legacy = keys.claim(Keys.legacy_job_claim_name("busy-1"))
     v01_claim(rclient, keys, "busy-1", "c", 2_500)  # a 0.1 worker runs it right now
     app.tasks["charge"].enqueue("B1", job_id="busy-1")
     worker = worker_for(app, concurrency=2)

@@ -41,7 +41,7 @@ def now_us(rclient: redis.Redis) -> int:
 
 @pytest.fixture
 def claim(keys: Keys) -> str:
-    return keys.job_claim("charge", "a")
+    return keys.claim(Keys.job_claim_name("charge", "a"))
 
 
 def hold(rclient: redis.Redis, claim: str, value: str | None) -> None:
@@ -322,7 +322,7 @@ def test_settle_stream_lands_under_oom(tmp_path: Path, kind: str) -> None:
     with private_redis(tmp_path, *TIGHT_MEMORY) as client:
         keys = Keys("oom")
         job = StreamJob(SyncScripts(client), keys, client)
-        claim = keys.job_claim("charge", "a")
+        claim = keys.claim(Keys.job_claim_name("charge", "a"))
         hold(client, claim, f"c:{TOKEN}")
         fill_memory(client, f"{keys.prefix}:junk")
         action = "done" if kind == "done" else "release"
@@ -567,7 +567,7 @@ def test_settle_sorted_lands_under_oom(tmp_path: Path) -> None:
         keys = Keys("oom")
         job = SortedJob(SyncScripts(client), keys, client)
         owner = job.take("w1")
-        claim = keys.job_claim("charge", "a")
+        claim = keys.claim(Keys.job_claim_name("charge", "a"))
         hold(client, claim, f"c:{TOKEN}")
         fill_memory(client, f"{keys.prefix}:junk")
         assert job.settle(owner, "done", claim=claim, token=TOKEN, action="done") == [1, 1]
@@ -576,46 +576,72 @@ def test_settle_sorted_lands_under_oom(tmp_path: Path) -> None:
 
 
 def idem_claim(scripts: SyncScripts, keys: Keys, legacy: bool = True) -> list[int]:
-    script_keys = [keys.job_claim("charge", "a")]
+    script_keys = [keys.claim(Keys.job_claim_name("charge", "a"))]
     if legacy:
-        script_keys.append(keys.legacy_job_claim("a"))
+        script_keys.append(keys.claim(Keys.legacy_job_claim_name("a")))
     return list(run(scripts, "idem_claim", script_keys, [TOKEN, LEASE_MS]))
 
 
 def test_idem_claim_honours_a_legacy_done_marker(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    rclient.set(keys.legacy_job_claim("a"), "d:x", px=TTL_MS)
+    rclient.set(keys.claim(Keys.legacy_job_claim_name("a")), "d:x", px=TTL_MS)
     assert idem_claim(scripts, keys) == [0, 0]
-    assert not rclient.exists(keys.job_claim("charge", "a"))
-    assert rclient.get(keys.legacy_job_claim("a")) == b"d:x"
+    assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", "a")))
+    assert rclient.get(keys.claim(Keys.legacy_job_claim_name("a"))) == b"d:x"
 
 
 def test_idem_claim_honours_a_legacy_live_claim(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    rclient.set(keys.legacy_job_claim("a"), "c:x", px=5_000)
+    rclient.set(keys.claim(Keys.legacy_job_claim_name("a")), "c:x", px=5_000)
     busy, left = idem_claim(scripts, keys)
     assert busy == -1
     assert 0 < left <= 5_000  # the time left on the old worker's lease
-    assert not rclient.exists(keys.job_claim("charge", "a"))
+    assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", "a")))
 
 
 def test_idem_claim_claims_when_no_legacy_key_exists(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
     assert idem_claim(scripts, keys) == [1, 0]
-    key = keys.job_claim("charge", "a")
+    key = keys.claim(Keys.job_claim_name("charge", "a"))
     assert rclient.get(key) == f"c:{TOKEN}".encode()
     assert LEASE_MS - 10_000 < rclient.pttl(key) <= LEASE_MS
-    assert not rclient.exists(keys.legacy_job_claim("a"))  # only read, never written
+    # Mirrored under the 0.1 name, so a 0.1 worker of a rolling deploy sees it is run.
+    legacy = keys.claim(Keys.legacy_job_claim_name("a"))
+    assert rclient.get(legacy) == f"c:{TOKEN}".encode()
+    assert LEASE_MS - 10_000 < rclient.pttl(legacy) <= LEASE_MS
     assert idem_claim(scripts, keys)[0] == -1  # the new key is honoured first
+
+
+def test_the_0_1_name_follows_a_job_claim_renewed_released_and_done(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    key = keys.claim(Keys.job_claim_name("charge", "a"))
+    legacy = keys.claim(Keys.legacy_job_claim_name("a"))
+    assert idem_claim(scripts, keys) == [1, 0]
+
+    def settle(action: str, ms: int) -> int:
+        args = [TOKEN, action, ms, f"d:{TOKEN}:t:charge"]
+        return int(run(scripts, "idem_settle", [key, legacy], args))
+
+    assert settle("renew", 600_000) == 1
+    assert rclient.pttl(legacy) > LEASE_MS
+    assert settle("release", 0) == 1
+    assert not rclient.exists(key) and not rclient.exists(legacy)
+    assert idem_claim(scripts, keys) == [1, 0]
+    assert settle("done", 3_600_000) == 1
+    assert rclient.get(legacy) == f"d:{TOKEN}:t:charge".encode()
+    rclient.set(legacy, "c:someone-else", px=5_000)  # a 0.1 worker's live claim
+    assert settle("done", 3_600_000) == 0  # ours is done already: nothing touched
+    assert rclient.get(legacy) == b"c:someone-else"
 
 
 def test_idem_claim_without_a_legacy_key_ignores_the_legacy_claim(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    rclient.set(keys.legacy_job_claim("a"), "d:x", px=TTL_MS)
+    rclient.set(keys.claim(Keys.legacy_job_claim_name("a")), "d:x", px=TTL_MS)
     assert idem_claim(scripts, keys, legacy=False) == [1, 0]
 
 

@@ -1,5 +1,6 @@
 -- _settle_claim.lua: a fragment, not a script. Included (--#include _settle_claim) by
 -- settle_stream.lua and settle_sorted.lua, which settle a job and its claim in one call.
+-- It needs _legacy_claim.lua included before it.
 -- settle_claim(claim, legacy, token, action, ttl_ms, legacy_done) applies a claim action,
 -- whatever the job entry's owner:
 --   'done' writes the done marker 'd:<token>' for ttl_ms when the claim is still ours or
@@ -15,17 +16,13 @@ local function settle_claim(claim, legacy, token, action, ttl, legacy_done)
   if action ~= 'done' then
     if current ~= 'c:' .. token then return 0 end
     redis.call('DEL', claim)
+    settle_legacy(legacy, token, action, ttl, legacy_done)
     return 1
   end
   if current ~= 'd:' .. token then
     if current and current ~= 'c:' .. token then return 0 end
     redis.call('SET', claim, 'd:' .. token, 'PX', ttl)
   end
-  if legacy and legacy_done ~= '' then
-    local old = redis.call('GET', legacy)
-    if not old or string.sub(old, 1, 2) == 'd:' then
-      redis.call('SET', legacy, legacy_done, 'PX', ttl)
-    end
-  end
+  settle_legacy(legacy, token, action, ttl, legacy_done)
   return 1
 end

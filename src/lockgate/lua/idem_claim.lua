@@ -2,7 +2,9 @@
 -- KEYS: [1] the claim key, [2] optional: the same claim as lockgate 0.1 named it (job
 --       claims were keyed by job id alone); its done marker or live claim is honoured
 -- ARGV: owner token, lease in ms, scope (the task name tagging markers under KEYS[2])
--- Touches: SET of 'c:<token>' with the lease as its expiry, only when the key is absent.
+-- Touches: SET of 'c:<token>' with the lease as its expiry, only when the key is absent;
+--          the same under the 0.1 name when that is absent (a 0.1 worker of a rolling
+--          deploy then sees the job is being run).
 --          A claim whose owner stopped renewing (it died) expires with its lease and can
 --          be taken over; a done marker ('d:<token>') stays for its own, long TTL.
 -- Returns: {1, 0} claimed; {0, 0} already done; {-1, ms left on the holder's lease} busy.
@@ -25,4 +27,5 @@ if KEYS[2] then
   if answer then return answer end
 end
 redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'PX', ARGV[2])
+if KEYS[2] then redis.call('SET', KEYS[2], 'c:' .. ARGV[1], 'PX', ARGV[2], 'NX') end
 return {1, 0}

@@ -17,6 +17,7 @@
 --          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
 --          _settle_claim.lua.
 -- Returns: {1 when the take was ours and settled else 0, 1 when the claim action applied}
+--#include _legacy_claim
 --#include _settle_claim
 --#include _dead_letter
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]

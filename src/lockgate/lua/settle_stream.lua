@@ -20,6 +20,7 @@
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
 -- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
+--#include _legacy_claim
 --#include _settle_claim
 --#include _dead_letter
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
