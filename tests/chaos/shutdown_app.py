@@ -28,3 +28,12 @@ def pay(order_id: str) -> None:
     while not client.exists(record_key("release")):
         time.sleep(0.01)  # a sync side effect in progress; it cannot be interrupted
     client.rpush(record_key("paid"), f"{current_job().job_id}:{os.getpid()}")
+
+
+@app.task(timeout=0.5, retries=0)
+def stuck(n: int) -> None:
+    """A sync task that outlives its timeout: its thread cannot be stopped."""
+    client = app.client()
+    client.rpush(record_key("stuck"), os.getpid())
+    while not client.exists(record_key("release")):
+        time.sleep(0.01)

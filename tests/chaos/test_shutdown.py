@@ -141,3 +141,26 @@ def test_a_second_sigint_exits_at_once_and_the_job_is_redelivered_after_the_leas
     assert rclient.get(claim_key).startswith(b"d:")
     second.popen.send_signal(signal.SIGTERM)
     assert second.popen.wait(timeout=20) == 0, second.tail()
+
+
+def test_a_sync_run_left_past_its_timeout_does_not_hold_the_process_at_exit(
+    make_app: Callable[..., App], namespace: str, rclient: redis.Redis, spawn: Callable[..., Proc]
+) -> None:
+    """Its thread cannot be stopped and the interpreter would wait for it at exit: the
+    worker exits without it (its claim lapses with the process)."""
+    app = make_app()
+
+    @app.task(timeout=0.5, retries=0)
+    def stuck(n: int) -> None: ...
+
+    stuck.enqueue(1, job_id="stuck-1")
+    first = spawn(grace=0.3, visibility=1.0)
+    wait_until_sync(lambda: rclient.llen(key(namespace, "stuck")), message="it started")
+    wait_until_sync(lambda: app.client().xlen(app.keys.dead()) == 1, message="timed out")
+    stopped = time.monotonic()
+    first.popen.send_signal(signal.SIGTERM)
+    first.popen.wait(timeout=20)
+    exited_in = time.monotonic() - stopped
+    print(f"\nSIGTERM with a run past its timeout -> exit in {exited_in * 1000:.0f} ms")
+    assert exited_in < 10, first.tail()
+    assert "exiting with 1 runs still going" in first.log.read_text(), first.tail()

@@ -19,13 +19,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from conftest import running, wait_until, worker_for
+from conftest import finish, running, wait_until, worker_for
 from faults.support import PrivateRedis, hold, leftovers, wait_serving
-from lockgate import App, ConfigError, RetryableError, current_job
+from lockgate import App, ConfigError, Message, RetryableError, current_job
 from lockgate.deadletter import list_dead
 from lockgate.keys import GROUP
 from lockgate.sorted_broker import SortedConsumer
@@ -522,3 +523,68 @@ async def test_a_worker_whose_heartbeats_lapsed_does_not_reclaim_its_own_running
             message="every run ended and the job settled",
         )
     assert rclient.llen(runs_key) == 1
+
+
+async def test_an_unencodable_dead_letter_never_stalls_the_other_acks(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """An error message with a lone surrogate (a file name read with surrogateescape)
+    cannot be sent as text: it is escaped, the job is dead-lettered, the rest is acked."""
+    app = make_app()
+    bad_name = b"report-\xff.csv".decode("utf-8", "surrogateescape")
+
+    @app.task(retries=0)
+    def parse(name: str) -> None:
+        raise ValueError(f"cannot parse {bad_name}")
+
+    @app.task
+    def fine(n: int) -> None: ...
+
+    parse.enqueue("x", job_id="bad-1")
+    app.enqueue_many([fine.message(n) for n in range(5)])
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 5 and worker.dead == 1)
+    (letter,) = list_dead(app)
+    assert letter.job_id == "bad-1"
+    assert "cannot parse report-" in letter.error
+    assert rclient.xpending(app.keys.stream("default", "normal"), GROUP)["pending"] == 0
+
+
+async def test_a_graceful_stop_waits_for_an_isolated_async_run_and_settles_it_once(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """A job that once killed its child runs in a child again; a stop cannot interrupt a
+    child safely, so the worker waits for it past the grace period and settles it."""
+    app = make_app()
+    started, release, runs = (f"{app.keys.prefix}:test:{name}" for name in ("s", "r", "n"))
+
+    @app.task
+    async def slow(n: int) -> None:
+        client = redis.Redis.from_url(app.redis_url)
+        try:
+            client.incr(runs)
+            client.set(started, 1)
+            while not client.exists(release):
+                await asyncio.sleep(0.01)
+        finally:
+            client.close()
+
+    job = slow.message(1, job_id="isolated-1").job
+    app.enqueue_many([Message(msgspec.structs.replace(job, crashes=1))])
+    worker = worker_for(app, concurrency=1, grace_period=0.2)
+    task = asyncio.create_task(worker.run())
+    try:
+        await wait_until(lambda: rclient.exists(started), message="the child started")
+        worker.request_stop()
+        await asyncio.sleep(0.5)  # well past the grace period: a steady state, observed
+        assert not task.done()  # still waiting for the child
+        rclient.set(release, 1)
+        await finish(worker, task)
+    finally:
+        if not task.done():
+            worker.request_stop()
+            await finish(worker, task)
+    assert worker.processed == 1
+    assert rclient.get(runs) == b"1"
+    assert not rclient.exists(app.keys.job("isolated-1"))
