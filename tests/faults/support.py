@@ -8,14 +8,16 @@ the shared server on 6379.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import threading
+import tempfile
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -215,32 +217,56 @@ def closed_port() -> int:
 
 
 class Runs:
-    """Which jobs ran, and how often: the record lives in the test process.
+    """Which jobs ran, and how often: recorded in a file of the test's, so that a run in a
+    forked child process (a redelivered job runs in one) counts too.
 
-    Thread-safe: sync tasks record from the worker's thread pool.
+    Each record is one small append (atomic with O_APPEND), from any thread or process.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
+        fd, self._path = tempfile.mkstemp(prefix="lockgate-runs-")
+        os.close(fd)
+        weakref.finalize(self, _unlink, self._path)
 
     def record(self, job_id: str) -> None:
-        with self._lock:
-            self._counts[job_id] += 1
+        with open(self._path, "a", encoding="utf-8") as out:
+            out.write(job_id + "\n")
 
     def counts(self) -> dict[str, int]:
         """Job id -> runs so far."""
-        with self._lock:
-            return dict(self._counts)
+        with open(self._path, encoding="utf-8") as records:
+            return dict(Counter(line.rstrip("\n") for line in records if line.endswith("\n")))
 
     def total(self) -> int:
-        with self._lock:
-            return sum(self._counts.values())
+        return sum(self.counts().values())
 
     def ran_all(self, job_ids: Iterable[str]) -> bool:
         """Whether each of these jobs ran at least once."""
-        with self._lock:
-            return all(self._counts[job_id] for job_id in job_ids)
+        counts = self.counts()
+        return all(counts.get(job_id) for job_id in job_ids)
+
+
+class Gate:
+    """An event that a run in a forked child sees too (a file that exists once set)."""
+
+    def __init__(self) -> None:
+        self._path = Path(tempfile.mkdtemp(prefix="lockgate-gate-")) / "open"
+        weakref.finalize(self, shutil.rmtree, self._path.parent, True)
+
+    def set(self) -> None:
+        self._path.touch()
+
+    def is_set(self) -> bool:
+        return self._path.exists()
+
+    async def wait(self) -> None:
+        while not self._path.exists():
+            await asyncio.sleep(0.005)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def once(job_ids: Iterable[str]) -> dict[str, int]:

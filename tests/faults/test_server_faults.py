@@ -20,6 +20,7 @@ import redis
 from conftest import running, worker_for
 from faults.support import (
     BUSY_SCRIPT,
+    Gate,
     PrivateRedis,
     Runs,
     closed_port,
@@ -57,7 +58,7 @@ class Scene:
         self.app = make_app(redis_url=server.url, namespace=uuid.uuid4().hex, backend=backend)
         self.server = server
         self.runs = Runs()
-        self.gate = asyncio.Event()
+        self.gate = Gate()  # seen by a run in a child process too
 
         @self.app.task
         async def job(n: int) -> None:
