@@ -162,7 +162,9 @@ class Settler:
             return "transient"
         return "reload" if faults else None
 
-    def _landed(self, ending: Ending, owned: bool, claim_applied: bool) -> None:
+    def _landed(
+        self, ending: Ending, owned: bool, claim_applied: bool, *, notify: bool = True
+    ) -> None:
         claim, outcome = ending.claim, ending.outcome
         if claim is not None and outcome.claim != "keep":
             claim.settled(outcome.claim, int(claim_applied))
@@ -170,7 +172,8 @@ class Settler:
             log.warning("job %s (%s): no longer pending for this worker (another worker "
                         "took it over, or an earlier reply was lost): left alone",
                         ending.delivery.job_id, outcome.kind)  # fmt: skip
-        self._applied(ending, owned)
+        if notify:  # the worker's counters and wake-up belong to its loop's thread
+            self._applied(ending, owned)
 
     def apply_now(self, ending: Ending) -> None:
         """Apply an ending at once through the app's sync client, from a pool thread.
@@ -191,7 +194,7 @@ class Settler:
                           ending.delivery.job_id, e)  # fmt: skip
                 time.sleep(reconnect_delay(attempt, cap=1.0))
                 continue
-            self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
+            self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1, notify=False)
             log.info("job %s: an abandoned run ended and settled itself (%s)",
                      ending.delivery.job_id, ending.outcome.kind)  # fmt: skip
             return
