@@ -21,7 +21,7 @@ import redis
 
 from lockgate import App, Worker, WorkerConfig
 from lockgate.embedded import EmbeddedServer
-from lockgate.keys import Keys
+from lockgate.keys import GROUP, Keys
 from lockgate.lua import SyncScripts
 
 SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -183,6 +183,22 @@ async def running(
     finally:
         worker.request_stop()
         await finish(worker, task, stop_timeout)
+
+
+def unacked_reads(
+    rclient: redis.Redis, stream: str, consumer: str = "ghost", count: int = 1
+) -> list[bytes]:
+    """A consumer reads ``count`` new entries with XREADGROUP (the group made at id 0 if
+    missing, as a worker's read does) and never acknowledges them, as a worker killed
+    mid-job would: they stay pending for it. Returns their entry ids."""
+    try:
+        rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+    ((_, entries),) = rclient.xreadgroup(GROUP, consumer, {stream: ">"}, count=count)
+    assert len(entries) == count
+    return [bytes(entry_id) for entry_id, _ in entries]
 
 
 def worker_for(app: App, **config: Any) -> Worker:

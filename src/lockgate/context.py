@@ -27,7 +27,6 @@ class JobContext:
         enqueued: when the job was enqueued (Unix seconds, producer clock).
         retry_window: longest span of the task's retry delays, in seconds.
         idempotency_ttl: the task's done-marker TTL, the default of its steps.
-        markers_expire: when the first done marker of an earlier attempt expires (0: none).
         done_markers: expiry times of the done markers this run wrote.
     """
 
@@ -40,7 +39,6 @@ class JobContext:
     app: App | None = field(default=None, repr=False)
     retry_window: float = 0.0
     idempotency_ttl: float = 86_400.0
-    markers_expire: float = 0.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
     done_markers: list[float] = field(default_factory=list, repr=False)
 

@@ -182,7 +182,6 @@ class JobRunner:
         context = JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
-            markers_expire=job.markers_expire,
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)

@@ -106,10 +106,17 @@ class Worker:
         if self._stopping.is_set():
             log.warning("second stop request: stopping now; runs that cannot be cancelled "
                         "keep their claims and are redelivered if they do not end")  # fmt: skip
-            if self._runner is not None:
-                self._runner.forced.set()
-            for task in self._running:
-                task.cancel()
+            self._stop_now()
+        self._stopping.set()
+        self._wake.set()
+
+    def _stop_now(self) -> None:
+        """Cancel every run: async ones stop, sync and child runs are abandoned (claims
+        kept, settled by their own thread if they end while the process lives)."""
+        if self._runner is not None:
+            self._runner.forced.set()
+        for task in self._running:
+            task.cancel()
         self._stopping.set()
         self._wake.set()
 
@@ -211,12 +218,7 @@ class Worker:
         """A fatal error: stop at once, as a second stop would (claims are kept)."""
         if self._fatal is None:
             self._fatal = error
-        if self._runner is not None:
-            self._runner.forced.set()
-        for task in self._running:
-            task.cancel()
-        self._stopping.set()
-        self._wake.set()
+        self._stop_now()
         if self._settler is not None:
             self._settler.closing.set()
 

@@ -24,7 +24,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from conftest import finish, running, wait_until, worker_for
+from conftest import finish, running, unacked_reads, wait_until, worker_for
 from faults.support import PrivateRedis, hold, leftovers, wait_serving
 from lockgate import App, ConfigError, Message, RetryableError, current_job
 from lockgate.deadletter import list_dead
@@ -36,15 +36,6 @@ from lockgate.stream_broker import StreamConsumer
 def record_key(app: App, name: str) -> str:
     """Where tasks record what they did (inside the namespace, deleted at teardown)."""
     return f"{app.keys.prefix}:test:{name}"
-
-
-def raw_take(rclient: redis.Redis, stream: str, consumer: str, count: int = 1) -> list[bytes]:
-    """A consumer reads ``count`` new entries with XREADGROUP and never acknowledges them."""
-    with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: it exists already
-        rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    ((_, entries),) = rclient.xreadgroup(GROUP, consumer, {stream: ">"}, count=count)
-    assert len(entries) == count
-    return [bytes(entry_id) for entry_id, _ in entries]
 
 
 def pending_owner(rclient: redis.Redis, stream: str) -> list[tuple[str, int]]:
@@ -110,10 +101,10 @@ async def test_a_dead_workers_job_is_reclaimed_behind_1000_live_pending_entries(
 
     stream = app.keys.stream("default", "normal")
     app.enqueue_many([hold_on.message(n) for n in range(1000)])
-    live = raw_take(rclient, stream, "live", 1000)
+    live = unacked_reads(rclient, stream, "live", 1000)
     # Newer than the live entries: XAUTOCLAIM from 0-0 would have to scan past them.
     orphan.enqueue(1, job_id="orphan")
-    raw_take(rclient, stream, "ghost")
+    unacked_reads(rclient, stream, "ghost")
     idle_since = time.time()  # the ghost read it and died
     worker = worker_for(app, concurrency=4, visibility_timeout=1.0)
     async with kept_fresh(redis_url, stream, "live", live), running(worker):
@@ -153,7 +144,7 @@ async def test_a_long_redelivered_job_does_not_hold_back_new_work(
 
     slow.enqueue(1, job_id="slow")
     stream = app.keys.stream("default", "normal")
-    raw_take(rclient, stream, "ghost")
+    unacked_reads(rclient, stream, "ghost")
     worker = worker_for(app, concurrency=4, visibility_timeout=0.5)
     async with running(worker):
         try:

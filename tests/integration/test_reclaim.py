@@ -13,23 +13,12 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from conftest import running, wait_until, wait_until_sync, worker_for
+from conftest import running, unacked_reads, wait_until, wait_until_sync, worker_for
 from lockgate import App, current_job
 from lockgate.broker import async_client
 from lockgate.deadletter import list_dead
 from lockgate.keys import GROUP
 from lockgate.stream_broker import StreamConsumer
-
-
-def ghost_takes(rclient: redis.Redis, stream: str, consumer: str = "ghost") -> bytes:
-    """A consumer reads one entry and is never heard from again."""
-    try:
-        rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as e:
-        if "BUSYGROUP" not in str(e):
-            raise
-    ((_, [(entry_id, _)]),) = rclient.xreadgroup(GROUP, consumer, {stream: ">"}, count=1)
-    return bytes(entry_id)
 
 
 def consumers(rclient: redis.Redis, stream: str) -> dict[str, dict[str, int]]:
@@ -53,7 +42,7 @@ async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
 
     charge.enqueue("A1", job_id="orphan")
     stream = app.keys.stream("default", "normal")
-    ghost_takes(rclient, stream)
+    unacked_reads(rclient, stream)
     assert rclient.xpending(stream, GROUP)["pending"] == 1
     worker = worker_for(app, concurrency=2, visibility_timeout=0.3)
     async with running(worker):
@@ -81,7 +70,7 @@ async def test_a_job_delivered_too_often_is_dead_lettered_when_reclaimed(
 
     unlucky.enqueue(1, job_id="unlucky-1")
     stream = app.keys.stream("default", "normal")
-    entry_id = ghost_takes(rclient, stream)
+    (entry_id,) = unacked_reads(rclient, stream)
     # As if eight workers had died while running it (4 x max_deliveries).
     rclient.xclaim(stream, GROUP, "ghost", 0, [entry_id], retrycount=8)
     worker = worker_for(app, concurrency=1, visibility_timeout=0.3, max_deliveries=2)
@@ -116,7 +105,7 @@ async def test_a_poison_job_kills_only_its_child_and_is_dead_lettered_after_max_
 
     poison.enqueue(1, job_id="poison-1")
     stream = app.keys.stream("default", "normal")
-    ghost_takes(rclient, stream)  # its first worker died running it
+    unacked_reads(rclient, stream)  # its first worker died running it
     fine.enqueue(2, job_id="fine-2")
     worker = worker_for(app, concurrency=2, visibility_timeout=0.3, max_deliveries=3)
     async with running(worker) as task:
@@ -141,7 +130,7 @@ async def test_forget_consumers_removes_idle_consumers_that_own_nothing(
 
     app.enqueue_many([job.message(n) for n in range(2)])
     stream = app.keys.stream("default", "normal")
-    ghost_takes(rclient, stream, "gone-owning")  # died holding a job
+    unacked_reads(rclient, stream, "gone-owning")  # died holding a job
     rclient.xreadgroup(GROUP, "gone-idle", {stream: "0"}, count=1)  # owns nothing
     wait_until_sync(
         lambda: all(c["idle"] >= 200 for c in consumers(rclient, stream).values()),

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import running, wait_until, worker_for
+from conftest import running, unacked_reads, wait_until, worker_for
 from lockgate import App, current_job
 from lockgate.codec import decode
 from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP, Keys
+from lockgate.keys import Keys
 from lockgate.policy import aging_boost_us
 
 # A Unix time from 0.1's days: the producer clock's `enqueued` field.
@@ -83,18 +83,6 @@ def v01_enqueue_delayed(
     job_id = json.loads(data)["id"]
     rclient.zadd(keys.delayed("default", level), {data: server_ms(rclient) + delay_ms})
     rclient.set(keys.job(job_id), "delayed")
-
-
-def v01_ghost_reads(rclient: redis.Redis, stream: str, consumer: str) -> bytes:
-    """A 0.1 worker reads one entry (its read_stream.lua creates the group at 0 with
-    MKSTREAM) and is never heard from again: the entry stays pending for it."""
-    try:
-        rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as e:
-        if "BUSYGROUP" not in str(e):
-            raise
-    ((_, [(entry_id, _)]),) = rclient.xreadgroup(GROUP, consumer, {stream: ">"}, count=1)
-    return bytes(entry_id)
 
 
 def v01_claim(rclient: redis.Redis, keys: Keys, job_id: str, state: str, px: int) -> bytes:
@@ -292,9 +280,8 @@ async def test_stream_jobs_queued_delayed_and_pending_under_0_1_each_run_once(
     # A 0.1 worker that is gone holds one entry: read, never acknowledged.
     pending = v01_job("old-pending", "record", 1, level="critical")
     entry_id = v01_enqueue_stream(rclient, keys, pending, "critical")
-    assert v01_ghost_reads(rclient, keys.stream("default", "critical"), "old-4242-a1b2c3") == (
-        entry_id
-    )
+    taken = unacked_reads(rclient, keys.stream("default", "critical"), "old-4242-a1b2c3")
+    assert taken == [entry_id]
     v01_enqueue_stream(rclient, keys, v01_job("old-critical", "record", 2, level="critical"),
                        "critical")  # fmt: skip
     v01_enqueue_stream(rclient, keys, v01_job("old-normal", "charge", "C1"), "normal")

@@ -59,12 +59,23 @@ def _text(name: str) -> str:
 
 @cache
 def source(name: ScriptName) -> str:
-    """The text of a script, with its ``--#include FRAGMENT`` lines replaced by the
-    fragment's text (logic two scripts share lives once, in ``_FRAGMENT.lua``)."""
-    lines = _text(name).splitlines(keepends=True)
-    return "".join(
-        _text(line[len(INCLUDE) :].strip()) if line.startswith(INCLUDE) else line for line in lines
-    )
+    """The text of a script, with each ``--#include FRAGMENT`` line replaced by the
+    fragment's text, once (logic several scripts share lives once, in ``_FRAGMENT.lua``;
+    a fragment may include others)."""
+    return _expand(name, set())
+
+
+def _expand(name: str, included: set[str]) -> str:
+    out = []
+    for line in _text(name).splitlines(keepends=True):
+        if not line.startswith(INCLUDE):
+            out.append(line)
+            continue
+        fragment = line[len(INCLUDE) :].strip()
+        if fragment not in included:
+            included.add(fragment)
+            out.append(_expand(fragment, included))
+    return "".join(out)
 
 
 class AsyncScripts:

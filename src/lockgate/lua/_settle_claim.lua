@@ -1,6 +1,5 @@
 -- _settle_claim.lua: a fragment, not a script. Included (--#include _settle_claim) by
 -- settle_stream.lua and settle_sorted.lua, which settle a job and its claim in one call.
--- It needs _legacy_claim.lua included before it.
 -- settle_claim(claim, legacy, token, action, ttl_ms, legacy_done) applies a claim action,
 -- whatever the job entry's owner:
 --   'done' writes the done marker 'd:<token>' for ttl_ms when the claim is still ours or
@@ -10,6 +9,7 @@
 --   'release' deletes the claim only while it is ours;
 --   'keep' leaves it (an abandoned sync run still holds it).
 -- Returns 1 when the action applied (also when an earlier try already wrote our marker).
+--#include _legacy_claim
 local function settle_claim(claim, legacy, token, action, ttl, legacy_done)
   if not claim or token == '' or action == 'keep' then return 0 end
   local current = redis.call('GET', claim)

@@ -9,9 +9,9 @@
 -- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first;
 -- a delayed job's stamp is its due time, and it waits in delayed until then.
 -- Returns: per job 1 when added, 0 when its id was already queued, delayed or running.
-local t = redis.call('TIME')
-local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(stamp / 1000)
+--#include _clock
+local stamp = now_us()
+local now = math.floor(stamp / 1000)
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
 if stamp <= last then stamp = last + 1 end
 local out, added = {}, 0
@@ -23,7 +23,7 @@ for i = 7, #KEYS do
     -- format by hand: Lua's default %.14g would round a microsecond stamp
     local rank = string.format('%.0f', stamp + delay * 1000 - boost)
     if delay > 0 then
-      redis.call('ZADD', KEYS[6], string.format('%.0f', now_ms + delay), job_id)
+      redis.call('ZADD', KEYS[6], string.format('%.0f', now + delay), job_id)
     else
       redis.call('ZADD', KEYS[1], rank, job_id)
     end

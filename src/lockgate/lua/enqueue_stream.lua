@@ -7,6 +7,7 @@
 --          server's clock + delay) and then one XADD to the wake stream (MAXLEN 16) so idle
 --          workers learn the new due time; nothing else is trimmed.
 -- Returns: for job i, its stream entry id, 'delayed', or 0 when the id was taken.
+--#include _clock
 local out = {}
 local now
 local wake = KEYS[#KEYS]
@@ -17,8 +18,7 @@ for i = 1, #ARGV / 2 do
     out[i] = 0
   elseif delay > 0 then
     if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      now = now_ms()
     end
     redis.call('ZADD', delayed, string.format('%.0f', now + delay), job)
     redis.call('SET', marker, 'delayed')

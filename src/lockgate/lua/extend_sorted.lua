@@ -4,9 +4,8 @@
 -- Touches: ZADD XX on inflight, only for a job whose owner token is still this take's (a
 --          job whose lease lapsed and that another worker took is not extended for it).
 -- Returns: how many leases were extended.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local deadline = string.format('%.0f', now + tonumber(ARGV[1]))
+--#include _clock
+local deadline = string.format('%.0f', now_ms() + tonumber(ARGV[1]))
 local extended = 0
 for i = 2, #ARGV, 2 do
   if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then

@@ -14,7 +14,10 @@
 -- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
 --          than asked; entries = flat {key index, entry id, fields} triples; last_ids = each
 --          stream's last generated id when nothing was read (for a blocking XREAD wake-up;
---          the wake stream's last, '0-0' while it does not exist), else {}; next_due_ms = ms until the next delayed job is due, -1 when none.
+--          the wake stream's last, '0-0' while it does not exist), else {}; next_due_ms =
+--          ms until the next delayed job is due, -1 when none.
+--#include _clock
+--#include _last_id
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
@@ -23,8 +26,7 @@ local wake = KEYS[#KEYS]
 local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local next_due = -1
 for k = 1, n do
   local delayed = KEYS[n + k]
@@ -90,18 +92,7 @@ end
 
 local last_ids = {}
 if #entries == 0 then
-  for k = 1, n do
-    local info = redis.call('XINFO', 'STREAM', KEYS[k])
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then last_ids[k] = info[i + 1] end
-    end
-  end
-  last_ids[n + 1] = '0-0'
-  if redis.call('EXISTS', wake) == 1 then
-    local info = redis.call('XINFO', 'STREAM', wake)
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then last_ids[n + 1] = info[i + 1] end
-    end
-  end
+  for k = 1, n do last_ids[k] = last_id(KEYS[k]) end
+  last_ids[n + 1] = last_id(wake)
 end
 return {dry, entries, last_ids, next_due}

@@ -17,7 +17,7 @@
 --          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
 --          _settle_claim.lua.
 -- Returns: {1 when the take was ours and settled else 0, 1 when the claim action applied}
---#include _legacy_claim
+--#include _clock
 --#include _settle_claim
 --#include _dead_letter
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
@@ -29,13 +29,12 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[4], id)
   if kind == 'retry' then
-    local t = redis.call('TIME')
-    local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local now = now_us()
     local delay = tonumber(ARGV[9])
     redis.call('HSET', KEYS[2], id, ARGV[8])
     redis.call('HSET', KEYS[3], id,
-      string.format('%.0f', now_us + delay * 1000 - tonumber(ARGV[10])))
-    redis.call('ZADD', KEYS[6], string.format('%.0f', math.floor(now_us / 1000) + delay), id)
+      string.format('%.0f', now + delay * 1000 - tonumber(ARGV[10])))
+    redis.call('ZADD', KEYS[6], string.format('%.0f', math.floor(now / 1000) + delay), id)
     redis.call('XADD', KEYS[8], 'MAXLEN', '16', '*', 'due', ARGV[9])
   else
     redis.call('HDEL', KEYS[2], id)

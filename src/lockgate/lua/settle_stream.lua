@@ -20,7 +20,7 @@
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
 -- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
---#include _legacy_claim
+--#include _clock
 --#include _settle_claim
 --#include _dead_letter
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -34,9 +34,7 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   if kind == 'retry' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', delayed, string.format('%.0f', now + tonumber(ARGV[10])), ARGV[9])
+    redis.call('ZADD', delayed, string.format('%.0f', now_ms() + tonumber(ARGV[10])), ARGV[9])
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[10])
   else
     if kind == 'dead' then add_dead_letter(dead, ARGV[11], ARGV[12], 13) end

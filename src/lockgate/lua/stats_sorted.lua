@@ -3,8 +3,8 @@
 -- ARGV: none
 -- Touches: nothing (ZCARD, ZRANGE, HGET, TIME).
 -- Returns: {now_ms, waiting, in flight, payload of the next job to run or '', delayed}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include _clock
+local now = now_ms()
 local head = redis.call('ZRANGE', KEYS[1], 0, 0)
 local payload = ''
 if #head == 1 then payload = redis.call('HGET', KEYS[3], head[1]) or '' end

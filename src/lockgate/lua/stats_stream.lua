@@ -4,8 +4,8 @@
 -- Touches: nothing (XLEN, XINFO GROUPS, XRANGE, ZCARD, TIME).
 -- Returns: {now_ms, rows}: rows = flat {length, pending, consumers, oldest waiting id or '',
 --          delayed} per stream; a missing stream or group counts as empty or not yet read.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include _clock
+local now = now_ms()
 local n = #KEYS / 2
 local rows = {}
 for k = 1, n do

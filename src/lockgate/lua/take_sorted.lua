@@ -14,9 +14,11 @@
 --          deliveries, owner token}; returned = expired leases put back; next_ms = ms until
 --          the earliest lease ends or delayed job is due (-1 when none); wake_id = the wake
 --          stream's last id ('0-0' when it does not exist), to block on from there.
+--#include _clock
+--#include _last_id
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stamp = now_us()
+local now = math.floor(stamp / 1000)
 local mine = {}
 for i = 4, #ARGV do mine[ARGV[i]] = true end
 local function requeue(from, ids)
@@ -39,7 +41,7 @@ for _ = 1, limit do
   local id = popped[1]
   redis.call('ZADD', KEYS[2], deadline, id)
   local count = redis.call('HINCRBY', KEYS[6], id, 1)
-  local owner = consumer .. ':' .. count .. ':' .. t[1] .. '.' .. t[2]
+  local owner = consumer .. ':' .. count .. ':' .. string.format('%.0f', stamp)
   redis.call('HSET', KEYS[7], id, owner)
   taken[#taken + 1] = id
   taken[#taken + 1] = redis.call('HGET', KEYS[3], id)
@@ -54,11 +56,4 @@ for _, key in ipairs({KEYS[2], KEYS[5]}) do
     if next_ms < 0 or wait < next_ms then next_ms = wait end
   end
 end
-local wake_id = '0-0'
-if redis.call('EXISTS', KEYS[8]) == 1 then
-  local info = redis.call('XINFO', 'STREAM', KEYS[8])
-  for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then wake_id = info[i + 1] end
-  end
-end
-return {taken, #expired, next_ms, wake_id}
+return {taken, #expired, next_ms, last_id(KEYS[8])}
