@@ -212,7 +212,8 @@ class Claim:
             keys.append(self._legacy_key)
         return ScriptCall("idem_settle", keys, [self.token, action, ms, self.legacy_done_value()])
 
-    def _claim_call(self) -> ScriptCall:
+    def claim_call(self) -> ScriptCall:
+        """The script call that takes this claim (its reply goes to :meth:`taken`)."""
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
@@ -236,12 +237,22 @@ class Claim:
             return StepDone(self.key, f"step {self.step!r} already done ({self.key})")
         return AlreadyProcessed(self.key)
 
-    def _outcome(self, reply: list[int]) -> None:
+    def taken(self, reply: list[int]) -> None:
+        """Apply the reply of :meth:`claim_call`: the claim is held (and renewed) from now.
+
+        For callers that send the call themselves (the worker takes the claims of a whole
+        read in one round trip).
+
+        Raises:
+            AlreadyProcessed: the key is done (``StepDone`` for a step).
+            ClaimBusy: another worker holds a live claim.
+        """
         state, remaining_ms = reply
         if state == 0:
             raise self._done()
         if state < 0:
             raise ClaimBusy(self.key, remaining_ms / 1000)
+        self.app.lease_keeper.add(self)
 
     # sync
 
@@ -249,8 +260,7 @@ class Claim:
         self._guard()
         _, scripts = self.app.sync_connection()
         with translated(self.app.redis_url):
-            self._outcome(scripts.run_all([self._claim_call()])[0])
-        self.app.lease_keeper.add(self)
+            self.taken(scripts.run_all([self.claim_call()])[0])
         if self.conn is not None:
             from lockgate.postgres import claim as pg_claim
 
@@ -306,8 +316,7 @@ class Claim:
         self._guard()
         _, scripts = self.app.async_connection()
         with translated(self.app.redis_url):
-            self._outcome(await scripts.run(self._claim_call()))
-        self.app.lease_keeper.add(self)
+            self.taken(await scripts.run_soon(self.claim_call()))
         if self.conn is not None:
             from lockgate.postgres import claim_async as pg_claim_async
 
