@@ -27,6 +27,7 @@ from lockgate.codec import Job
 from lockgate.errors import BrokerError, ConfigError, ConnectionFailed
 from lockgate.lua import Arg, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
+from lockgate.packing import with_hiredis_packing
 
 ENQUEUE_BATCH = 500
 # Probe an idle connection after 20 s, then every 10 s; 3 misses and it is dead.
@@ -66,6 +67,7 @@ class Delivery:
         raw: the stored job bytes, as read (kept for the dead-letter queue).
         deliveries: how many times the entry was handed to a worker (1 on a first read).
         owner: sorted backend: the token of this take (only it may settle the job).
+        claim: the job claim the read took with it (idempotent tasks), None when it took none.
     """
 
     queue: str
@@ -78,6 +80,43 @@ class Delivery:
     raw: bytes | None = None
     deliveries: int = 1
     owner: str = ""
+    claim: ReadClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadClaim:
+    """A job claim taken by the read that delivered the job (no round trip of its own).
+
+    Attributes:
+        token: the claim's owner token.
+        state: 1 taken, 0 the job is already done, -1 another worker holds it.
+        wait: busy: seconds left on the holder's lease.
+    """
+
+    token: str
+    state: int
+    wait: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadClaims:
+    """Which jobs a worker's reads claim as they read them.
+
+    Attributes:
+        prefix: the claim keys' prefix (``Keys.claim("")``).
+        tasks: the names of the idempotent tasks.
+        lease: the claims' lease in seconds.
+    """
+
+    prefix: str
+    tasks: frozenset[str]
+    lease: float
+
+    def args(self, token: str) -> list[Arg]:
+        """The read script's claim arguments, for a read whose tokens start ``token``."""
+        if not self.tasks:
+            return [""]
+        return [self.prefix, token, max(1, round(self.lease * 1000)), *sorted(self.tasks)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +357,7 @@ def async_client(
         )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
-    return aioredis.Redis.from_pool(pool)
+    return aioredis.Redis.from_pool(with_hiredis_packing(pool))
 
 
 async def connect_worker_client(url: str, *, max_connections: int) -> aioredis.Redis:

@@ -153,6 +153,8 @@ class Claim:
             running in a rolling deploy skips the job too.
         legacy_scope: the task name that tags this claim's markers under ``legacy_key``:
             a marker tagged with another task does not count as done here.
+        token: the owner token (default: a new random one); given for a claim that the
+            worker's read took already.
 
     Raises (on entry):
         AlreadyProcessed: the key is done (``StepDone`` for a step).
@@ -172,6 +174,7 @@ class Claim:
         step: str | None = None,
         legacy_key: str | None = None,
         legacy_scope: str = "",
+        token: str | None = None,
     ) -> None:
         self.key = check_key(key)
         self.ttl = seconds(ttl, f"ttl for {key!r}")
@@ -183,7 +186,7 @@ class Claim:
         self.app = app
         self.conn = conn
         self.step = step
-        self.token = uuid.uuid4().hex
+        self.token = token or uuid.uuid4().hex
         self.lost = False
         self._redis_key = app.keys.claim(key)
         self._legacy_key = app.keys.claim(legacy_key) if legacy_key is not None else None
@@ -253,6 +256,17 @@ class Claim:
         if state < 0:
             raise ClaimBusy(self.key, remaining_ms / 1000)
         self.app.lease_keeper.add(self)
+
+    def enter_taken(self, state: int, wait: float) -> Claim:
+        """Enter a claim that the read delivering its job already took, with this token.
+
+        Raises:
+            AlreadyProcessed: the read found the key done.
+            ClaimBusy: the read found another worker's live claim (``wait`` seconds left).
+        """
+        self._guard()
+        self.taken([state, round(wait * 1000)])
+        return self
 
     # sync
 

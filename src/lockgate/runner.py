@@ -29,7 +29,7 @@ import msgspec
 
 from lockgate import isolation
 from lockgate.app import App, Task
-from lockgate.broker import Delivery
+from lockgate.broker import Delivery, ReadClaim
 from lockgate.codec import Job
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, set_current
@@ -164,6 +164,17 @@ class JobRunner:
 
     async def run(self, delivery: Delivery) -> Ending:
         """Run a delivery; the ending says how to settle it."""
+        ending = await self._run(delivery)
+        read_claim = delivery.claim
+        if ending.claim is None and read_claim is not None and read_claim.state == 1:
+            # The read claimed a job that did not get as far as running: let it go.
+            job = delivery.job
+            task = self.app.tasks.get(job.task) if job is not None else None
+            if job is not None and task is not None:
+                ending.claim = self._job_claim(task, job, read_claim.token)
+        return ending
+
+    async def _run(self, delivery: Delivery) -> Ending:
         job = delivery.job
         if job is None:
             return Ending(delivery, dead("undecodable entry"))
@@ -186,7 +197,7 @@ class JobRunner:
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)
         if task.idempotent:
-            run.claim, early = await self._claim(task, job)
+            run.claim, early = await self._claim(task, job, delivery.claim)
             if early is not None:
                 return Ending(delivery, early, task=task)
         try:
@@ -199,15 +210,24 @@ class JobRunner:
             outcome = wait(job, CLAIM_RETRY, f"could not be run: {e!r}")
         return Ending(delivery, outcome, run.claim, task)
 
-    async def _claim(self, task: Task[Any, Any], job: Job) -> tuple[Claim | None, Outcome | None]:
-        """Claim an idempotent task's job; an outcome instead when it must not run now."""
-        claim = Claim(
+    def _job_claim(self, task: Task[Any, Any], job: Job, token: str | None = None) -> Claim:
+        return Claim(
             self.app, Keys.job_claim_name(task.name, job.id), ttl=task.idempotency_ttl,
             lease=self.config.claim_lease_seconds,
-            legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name,
+            legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name, token=token,
         )  # fmt: skip
+
+    async def _claim(
+        self, task: Task[Any, Any], job: Job, taken: ReadClaim | None
+    ) -> tuple[Claim | None, Outcome | None]:
+        """Claim an idempotent task's job (unless its read did); an outcome instead when
+        it must not run now."""
+        claim = self._job_claim(task, job, taken.token if taken is not None else None)
         try:
-            await claim.__aenter__()
+            if taken is not None:
+                claim.enter_taken(taken.state, taken.wait)
+            else:
+                await claim.__aenter__()
         except AlreadyProcessed:
             log.info("job %s (%s) already processed: acknowledged without running",
                      job.id, job.task)  # fmt: skip

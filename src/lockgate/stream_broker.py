@@ -9,6 +9,7 @@ read saw, so a job that arrives while it waits wakes it at once and none is miss
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from lockgate.broker import (
     Delivery,
     EnqueuePlan,
     Outgoing,
+    ReadClaim,
+    ReadClaims,
     ReadResult,
     Settlement,
     batches,
@@ -35,6 +38,7 @@ from lockgate.keys import GROUP, Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 
 JOB_FIELD = b"job"
+NOT_CLAIMED = 2  # read_stream.lua's claim state for an entry it did not claim
 
 
 class StreamProducer:
@@ -91,8 +95,10 @@ class StreamConsumer:
         levels: Levels,
         queues: Sequence[str],
         consumer: str,
+        claims: ReadClaims | None = None,
     ) -> None:
         self._client = client
+        self._claims = claims
         self._scripts = AsyncScripts(client)
         self._url = url
         self._keys = keys
@@ -124,14 +130,22 @@ class StreamConsumer:
         job, error, job_id, raw = decode_entry(fields)
         return Delivery(queue, level, stream, text(entry_id), job, error, job_id, raw)
 
+    def _claim_args(self) -> tuple[str, list[Arg]]:
+        if self._claims is None:
+            return "", [""]
+        token = uuid.uuid4().hex[:16]
+        return token, self._claims.args(token)
+
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
         layout = self._layout()
         streams = [stream for stream, _, _ in layout]
         delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]
-        args: list[str | int] = [GROUP, self._consumer, free, len(quotas), *quotas]
+        token, claim_args = self._claim_args()
+        args: list[Arg] = [GROUP, self._consumer, free, len(quotas), *quotas]
         args += [index + 1 for _, _, index in layout]
+        args += claim_args
         call = ScriptCall("read_stream", [*streams, *delayed, self._keys.wake()], args)
         with translated(self._url):
             dry_flags, entries, last_ids, next_due = await self._scripts.run(call)
@@ -140,8 +154,12 @@ class StreamConsumer:
         result.next_due = next_due / 1000 if next_due >= 0 else None
         for k, (_, _, level) in enumerate(layout):
             result.dry[level] = result.dry[level] and dry_flags[k] == 1
-        for i in range(0, len(entries), 3):
+        for i in range(0, len(entries), 5):
             delivery = self._delivery(streams[entries[i] - 1], entries[i + 1], entries[i + 2])
+            state = entries[i + 3]
+            if state != NOT_CLAIMED:
+                claim_token = f"{token}:{delivery.ref}"
+                delivery.claim = ReadClaim(claim_token, state, entries[i + 4] / 1000)
             result.deliveries.append(delivery)
             result.taken[delivery.level] += 1
         self._last_ids = {

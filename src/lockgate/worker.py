@@ -40,6 +40,7 @@ from lockgate.app import App
 from lockgate.broker import (
     Consumer,
     Delivery,
+    ReadClaims,
     connect_worker_client,
     server_warnings,
 )
@@ -173,9 +174,15 @@ class Worker:
                 queues=self.queues, lease_seconds=self.config.visibility_seconds,
                 producer=self.app.producer, consumer=self.name,
             )  # fmt: skip
+        # Jobs of idempotent tasks are claimed by the read that delivers them.
+        claims = ReadClaims(
+            self.app.keys.claim(""),
+            frozenset(name for name, task in self.app.tasks.items() if task.idempotent),
+            self.config.claim_lease_seconds,
+        )
         return StreamConsumer(
             client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
-            queues=self.queues, consumer=self.name,
+            queues=self.queues, consumer=self.name, claims=claims,
         )  # fmt: skip
 
     def _policy(self) -> ReadPolicy:

@@ -95,6 +95,7 @@ def enqueue(
 
 
 Entries = list[tuple[int, str, dict[bytes, bytes]]]
+NOT_CLAIMED = 2
 
 
 def read_all(
@@ -102,7 +103,8 @@ def read_all(
 ) -> tuple[list[int], Entries, list[bytes], int]:
     """read_stream over queue 'q', one stream per level: (dry, entries, last ids, next due ms).
 
-    Entries come as (key index, id, fields); last ids end with the wake stream's.
+    Entries come as (key index, id, fields); last ids end with the wake stream's. No job
+    is claimed (no idempotent task is named).
     """
     streams = [keys.stream("q", level) for level in LEVELS]
     delayed = [keys.delayed("q", level) for level in LEVELS]
@@ -111,8 +113,9 @@ def read_all(
     dry, flat, last_ids, next_due = run(scripts, "read_stream", script_keys, args)
     entries = [
         (flat[i], flat[i + 1].decode(), dict(zip(flat[i + 2][::2], flat[i + 2][1::2], strict=True)))
-        for i in range(0, len(flat), 3)
+        for i in range(0, len(flat), 5)
     ]
+    assert all(state == NOT_CLAIMED for state in flat[3::5])
     return dry, entries, last_ids, next_due
 
 
