@@ -110,6 +110,8 @@ url_option = click.option(
               help="Seconds an idempotent job's claim outlives a worker that died.")  # fmt: skip
 @click.option("--embedded", is_flag=True, help="Run a private Redis-compatible server.")
 @url_option
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes, under a supervisor that restarts them.")  # fmt: skip
 def worker(
     app_spec: str,
     policy: str,
@@ -121,8 +123,12 @@ def worker(
     claim_lease: float,
     embedded: bool,
     url: str | None,
+    processes: int,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
+    if processes > 1:
+        _supervise(app_spec, processes, embedded=embedded, url=url)
+        return
     app = load_app(app_spec)
     _use_url(app, url)
     with reported_errors(), contextlib.ExitStack() as stack:
@@ -153,6 +159,46 @@ def worker(
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+
+def _supervise(app_spec: str, processes: int, *, embedded: bool, url: str | None) -> None:
+    """Run ``processes`` single workers with this command's options under a supervisor.
+
+    With ``--embedded`` the supervisor runs the one server and gives the children its URL.
+    """
+    from lockgate.supervisor import Supervisor
+
+    ctx = click.get_current_context()
+    with reported_errors(), contextlib.ExitStack() as stack:
+        if embedded:
+            from lockgate.embedded import EmbeddedServer
+
+            server = stack.enter_context(EmbeddedServer())
+            url = server.url
+            click.echo(f"embedded server at {server.url}", err=True)
+        log_level = str(ctx.find_root().params.get("log_level", "INFO"))
+        command = [
+            sys.executable, "-m", "lockgate", "--log-level", log_level, "worker", app_spec,
+            *_given_options(ctx, skip={"embedded", "url", "processes"}),
+            *(["--url", url] if url else []), "--processes", "1",
+        ]  # fmt: skip
+        Supervisor(command, processes).run()
+
+
+def _given_options(ctx: click.Context, skip: set[str]) -> list[str]:
+    """The command's options again as arguments, with the values they were parsed to."""
+    argv: list[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None or param.name in skip:
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            flag = param.opts[0] if value else next(iter(param.secondary_opts), None)
+            argv += [flag] if flag else []
+        elif value is not None:
+            for one in value if param.multiple else (value,):
+                argv += [param.opts[0], str(one)]
+    return argv
 
 
 @main.command()
