@@ -47,6 +47,7 @@ from lockgate.broker import (
 from lockgate.config import WorkerConfig
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
+from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.outcome import dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.runner import Ending, JobRunner, TaskPool, isolated
@@ -89,6 +90,7 @@ class Worker:
         self._next_reclaim = 0.0
         self._reclaim_rounds = 0
         self._burst = False
+        self._intake = IntakeLimit(self.config.concurrency)
 
     @property
     def failed(self) -> int:
@@ -153,6 +155,9 @@ class Worker:
         helpers = [
             asyncio.create_task(self._supervised("settle", self._settler.run)),
             asyncio.create_task(self._supervised("heartbeat", self._heartbeat_loop)),
+            asyncio.create_task(
+                self._supervised("lag", lambda: sample_lag(self._intake.observe, self._closing))
+            ),
         ]
         log.info(
             "worker %s serving queues %s (backend %s, policy %s, concurrency %d)",
@@ -240,7 +245,7 @@ class Worker:
     async def _step(self, policy: ReadPolicy) -> bool:
         """One turn of the loop; True when it must wait for a running job to finish."""
         assert self._consumer is not None
-        free = self.config.concurrency - len(self._running)
+        free = self._intake.free(len(self._running))
         if free <= 0:
             return True
         if time.monotonic() >= self._next_reclaim and await self._reclaim():

@@ -158,7 +158,8 @@ async def test_unix_urls_get_no_tcp_options() -> None:
     client = async_client("unix:///tmp/nowhere.sock?db=3")
     try:
         kwargs = client.connection_pool.connection_kwargs
-        assert issubclass(client.connection_pool.connection_class, aioredis.UnixDomainSocketConnection)
+        connection_class = client.connection_pool.connection_class
+        assert issubclass(connection_class, aioredis.UnixDomainSocketConnection)
         assert (kwargs["path"], kwargs["db"]) == ("/tmp/nowhere.sock", 3)
         assert not {"socket_keepalive", "socket_keepalive_options"} & set(kwargs)
         assert kwargs["socket_connect_timeout"] > 0
