@@ -12,6 +12,7 @@ Each take records an owner token; only that take may settle or extend the job.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,10 @@ from lockgate.errors import SerializationError
 from lockgate.keys import Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.policy import aging_boost_us
+
+# Seconds of margin on the earliest lease end a take reported: until then no lease can
+# expire, so a take need not name the jobs this worker runs (see SortedConsumer.read).
+LEASE_MARGIN = 1.0
 
 
 class SortedProducer:
@@ -97,6 +102,7 @@ class SortedConsumer:
         self._producer = producer
         self._consumer = consumer
         self._wake_ids: dict[KeyT, StreamIdT] = {}
+        self._expiries_from = 0.0  # monotonic time from which a lease may expire
 
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
@@ -105,13 +111,17 @@ class SortedConsumer:
         self._turn += 1
         queues = self._queues[shift:] + self._queues[:shift]
         result = ReadResult(taken=[0] * len(self._levels.names), dry=[])
+        # The running jobs are named only when a lease could have expired by now: a take
+        # puts expired leases back, except these (a long list, read for every take).
+        mine = running if time.monotonic() >= self._expiries_from else ()
+        earliest: float | None = None
         for queue in queues:
             q = self._keys.sorted_keys(queue)
             call = ScriptCall(
                 "take_sorted",
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
                  q.owners, q.wake],
-                [free - len(result.deliveries), self._lease_ms, self._consumer, *running],
+                [free - len(result.deliveries), self._lease_ms, self._consumer, *mine],
             )  # fmt: skip
             with translated(self._url):
                 taken, _returned, next_ms, wake_id = await self._scripts.run(call)
@@ -119,12 +129,16 @@ class SortedConsumer:
             if next_ms >= 0:
                 due = next_ms / 1000
                 result.next_due = due if result.next_due is None else min(result.next_due, due)
+                earliest = due if earliest is None else min(earliest, due)
             for i in range(0, len(taken), 4):
                 delivery = self._delivery(queue, text(taken[i]), taken[i + 1])
                 delivery.deliveries = int(taken[i + 2])
                 delivery.owner = text(taken[i + 3])
                 result.deliveries.append(delivery)
                 result.taken[delivery.level] += 1
+        # next_ms counts this take's own leases too; none: nothing is in flight or delayed.
+        horizon = earliest if earliest is not None else self._lease_ms / 1000
+        self._expiries_from = time.monotonic() + horizon - LEASE_MARGIN
         return result
 
     def _delivery(self, queue: str, job_id: str, data: bytes | None) -> Delivery:
