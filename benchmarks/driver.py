@@ -7,8 +7,15 @@ and ``redis-benchmark``), and the report: a table on the terminal, ``results.jso
 ``RESULTS.md`` and ``results.png``. A library that cannot be installed or run is
 recorded with the reason; the others go on.
 
-``--smoke`` runs lockgate alone, in this interpreter, with 200 jobs: no install, no
-network, for CI.
+With lockgate among the libraries, its variants follow (``variants``): plain and
+idempotent tasks, concurrency 8, the sorted backend, two worker processes, and a
+critical-latency sweep, each with the worker's client round trips counted
+(``roundtrips``, checked first by ``python -m benchmarks.roundtrips``).
+
+``--smoke`` runs lockgate alone, in this interpreter, with 200 jobs, and its variants
+small (a drain of 2,000 idempotent jobs at concurrency 8 among them): no install, no
+network, for CI. It fails when a measurement fails, or when that drain makes more than
+``variants.SMOKE_MAX_ROUND_TRIPS`` client round trips per job.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import machine, procs, report, servers, venvs
+from benchmarks import machine, procs, report, servers, targets, variants, venvs
+from benchmarks.variants import Step, Variant
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -52,6 +60,9 @@ class Settings:
     url: str | None
     out: Path
     smoke: bool
+    variants: bool
+    variant_runs: int
+    sweep_critical: int
 
     def jobs_for(self, measure: str) -> int:
         return {"latency": self.latency_jobs, "memory": self.memory_jobs}.get(measure, self.jobs)
@@ -70,7 +81,7 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="lockgate only, 200 jobs, this interpreter, no installs (CI)",
+        help="lockgate only, 200 jobs (2,000 for a round-trip check), this interpreter (CI)",
     )
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated libraries")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per enqueue/drain run")
@@ -79,6 +90,12 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser.add_argument("--memory-jobs", type=int, default=100_000, help="jobs for memory")
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement (median)")
     parser.add_argument("--out", type=Path, help="where results go (default: benchmarks/)")
+    parser.add_argument("--variants", action=argparse.BooleanOptionalAction, default=True,
+                        help="lockgate's variants too (when lockgate is measured)")  # fmt: skip
+    parser.add_argument("--variant-runs", type=int,
+                        help="runs per lockgate drain variant (default: --runs)")  # fmt: skip
+    parser.add_argument("--sweep-critical", type=int, default=1000,
+                        help="critical jobs per lockgate latency sweep row (1 run)")  # fmt: skip
     args = parser.parse_args(argv)
     peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
     unknown = set(peers) - set(PEERS)
@@ -87,12 +104,14 @@ def parse(argv: list[str] | None = None) -> Settings:
     if args.smoke:
         return Settings(
             peers=("lockgate",), jobs=200, latency_jobs=200, critical=20, memory_jobs=200,
-            runs=3, url=args.url, out=args.out or ROOT / "smoke", smoke=True,
+            runs=3, url=args.url, out=args.out or ROOT / "smoke", smoke=True, variants=True,
+            variant_runs=1, sweep_critical=20,
         )  # fmt: skip
     return Settings(
         peers=peers, jobs=round_up(args.jobs), latency_jobs=args.latency_jobs,
         critical=args.critical, memory_jobs=round_up(args.memory_jobs), runs=args.runs,
-        url=args.url, out=args.out or ROOT, smoke=False,
+        url=args.url, out=args.out or ROOT, smoke=False, variants=args.variants,
+        variant_runs=args.variant_runs or args.runs, sweep_critical=args.sweep_critical,
     )  # fmt: skip
 
 
@@ -148,14 +167,39 @@ def run_child(argv: list[str], env: dict[str, str], log: Path, timeout: float) -
         result.unlink(missing_ok=True)
 
 
+def peer_steps(settings: Settings) -> list[Step]:
+    """A library's measurements: each ``--runs`` times, then memory once."""
+    return [Step(m, settings.runs, settings.jobs_for(m), settings.critical) for m in MEASURES] + [
+        Step("memory", 1, settings.memory_jobs, settings.critical)
+    ]
+
+
 def bench_peer(peer: str, python: str, settings: Settings, logs: Path) -> dict[str, Any]:
+    return bench_steps(peer, peer, python, peer_steps(settings), settings, logs)
+
+
+def bench_steps(
+    peer: str,
+    label: str,
+    python: str,
+    steps: list[Step],
+    settings: Settings,
+    logs: Path,
+    extra_env: dict[str, str] | None = None,
+    width: int = 9,
+) -> dict[str, Any]:
+    """Run ``steps`` of ``peer`` on a server of their own; runs, errors and medians.
+
+    ``label`` names the runs in the progress lines and, with ``extra_env`` (a variant's),
+    its log files ``variant-<label>-*.log``.
+    """
     entry: dict[str, Any] = {"runs": {}, "errors": {}}
-    plan = [(m, settings.runs) for m in MEASURES] + [("memory", 1)]
+    slug = f"variant-{label.replace(' ', '-')}" if extra_env else label
     with server_for(settings) as server:
         entry["server"] = server.label
-        for measure, runs in plan:
-            n = settings.jobs_for(measure)
-            for i in range(runs):
+        for step in steps:
+            measure, n = step.measure, step.jobs
+            for i in range(step.runs):
                 tag = f"b{uuid.uuid4().hex[:8]}"
                 argv = [
                     python,
@@ -166,24 +210,25 @@ def bench_peer(peer: str, python: str, settings: Settings, logs: Path) -> dict[s
                     "--jobs",
                     str(n),
                     "--critical",
-                    str(settings.critical),
+                    str(step.critical),
                     "--log",
-                    str(logs / f"{peer}-worker.log"),
+                    str(logs / f"{slug}-worker.log"),
                 ]
+                env = dict(child_env(server, tag), **(extra_env or {}))
                 server.remember()
                 started = time.monotonic()
                 try:
-                    outcome = run_child(argv, child_env(server, tag), logs / f"{peer}-runner.log",
+                    outcome = run_child(argv, env, logs / f"{slug}-runner.log",
                                         timeout=180 + n / 40)  # fmt: skip
                 except MeasureError as e:
                     entry["errors"][measure] = str(e)
-                    console.print(f"  [red]{peer} {measure}: {e}[/red]")
+                    console.print(f"  [red]{label} {measure}: {e}[/red]")
                     break
                 finally:
                     server.reset()
                 entry["runs"].setdefault(measure, []).append(outcome)
                 console.print(
-                    f"  {peer:9} {measure:12} run {i + 1}/{runs}  n={n:<7,} "
+                    f"  {label:{width}} {measure:12} run {i + 1}/{step.runs}  n={n:<7,} "
                     f"{report.brief(measure, outcome)}  ({time.monotonic() - started:.1f} s)"
                 )
     first: dict[str, Any] = next((runs[0] for runs in entry["runs"].values() if runs), {})
@@ -192,6 +237,37 @@ def bench_peer(peer: str, python: str, settings: Settings, logs: Path) -> dict[s
     entry["profile"] = first.get("profile")
     entry["summary"] = summarize(entry["runs"])
     return entry
+
+
+def check_counter(python: str, settings: Settings, logs: Path) -> dict[str, Any]:
+    """``python -m benchmarks.roundtrips`` in lockgate's environment: does counting hold?"""
+    with server_for(settings) as server:  # the check writes no key: nothing to clean
+        try:
+            argv = [python, "-m", "benchmarks.roundtrips"]
+            outcome = run_child(argv, child_env(server, "counter"), logs / "roundtrips.log", 60)
+        except MeasureError as e:
+            outcome = {"ok": False, "error": str(e)}
+    state = "holds" if outcome.get("ok") else f"[red]is wrong: {outcome.get('error', '')}[/red]"
+    console.print(f"  round-trip counting {state} (log: {logs / 'roundtrips.log'})")
+    return outcome
+
+
+def bench_variants(python: str, settings: Settings, logs: Path) -> dict[str, Any]:
+    """lockgate's variants (see ``variants.plan``), each on a server of its own."""
+    console.print("[bold]lockgate variants[/bold]")
+    found: dict[str, Any] = {"counter_check": check_counter(python, settings, logs),
+                             "variant_runs": settings.variant_runs, "variants": {}}  # fmt: skip
+    plan: list[Variant] = variants.plan(
+        jobs=settings.jobs, runs=settings.variant_runs, latency_jobs=settings.latency_jobs,
+        critical=settings.sweep_critical, smoke=settings.smoke,
+    )  # fmt: skip
+    for variant in plan:
+        entry = bench_steps("lockgate", variant.name, python, list(variant.steps), settings,
+                            logs, variant.env(), width=20)  # fmt: skip
+        entry["variant"] = variants.describe(variant)
+        entry["summary"].update(variants.summarize_extra(entry["runs"]))
+        found["variants"][variant.name] = entry
+    return found
 
 
 def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -273,6 +349,8 @@ def run(settings: Settings) -> dict[str, Any]:
             results["peers"][peer] = {"error": f"not installed: {e}"}
             continue
         results["peers"][peer] = bench_peer(peer, python, settings, logs)
+        if peer == "lockgate" and settings.variants:
+            results["lockgate_variants"] = bench_variants(python, settings, logs)
     python = interpreter("lockgate", settings, logs) if not settings.smoke else sys.executable
     results["ceiling"] = bench_ceiling(python, settings, logs)
     results["chart_python"] = python
@@ -284,6 +362,8 @@ def settings_dict(settings: Settings) -> dict[str, Any]:
         "jobs": settings.jobs, "latency_jobs": settings.latency_jobs,
         "critical": settings.critical, "memory_jobs": settings.memory_jobs,
         "runs": settings.runs, "smoke": settings.smoke, "peers": list(settings.peers),
+        "variants": settings.variants, "variant_runs": settings.variant_runs,
+        "sweep_critical": settings.sweep_critical,
         "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
     }  # fmt: skip
 
@@ -302,5 +382,21 @@ def main(argv: list[str] | None = None) -> None:
         results["elapsed_seconds"] = round(elapsed(), 1)
         report.write(results, settings.out, console)
     failed = [p for p, e in results["peers"].items() if e.get("error") or e.get("errors")]
-    if settings.smoke and failed:
+    if settings.smoke:
+        smoke_exit(results, failed)
+
+
+def smoke_exit(results: dict[str, Any], failed: list[str]) -> None:
+    """Exit non-zero, with one line saying why, when the smoke run found a problem."""
+    found = results.get("lockgate_variants") or {}
+    failed += [name for name, e in found.get("variants", {}).items() if e.get("errors")]
+    trips, line = targets.smoke_round_trips(results)
+    console.print(line)
+    if not found.get("counter_check", {}).get("ok"):
+        console.print("smoke FAILED: round-trip counting is wrong (see logs/roundtrips.log)")
+        sys.exit(1)
+    if failed:
+        console.print(f"smoke FAILED: measurements failed for {', '.join(failed)}")
+        sys.exit(1)
+    if trips is None or trips > variants.SMOKE_MAX_ROUND_TRIPS:
         sys.exit(1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks import report, targets
+
 METHOD = """\
 - **enqueue 1-by-1**: {jobs:,} no-op jobs, one library call each, from one process (sync
   API for sync libraries and lockgate's sync facade, `await` for asyncio ones).
@@ -86,12 +88,53 @@ READING = """\
 - Drain figures are a small share of the bare XREADGROUP+XACK loop: that loop does no
   decoding, dispatch, bookkeeping or acknowledgement work beyond the two commands.
 """
+VARIANTS = """\
+The headline lockgate setup (idempotent tasks, streams backend, one worker process at
+the adapter's concurrency) with one setting changed at a time, through the environment
+`benchmarks/peers/lockgate.py` reads. Every variant's worker counts its **client round
+trips**: each redis-py `send_packed_command` (one per command, one per whole pipeline,
+health-check PINGs included; the probe's own connection left out), from each worker
+process's first job (start-up excluded) to the N-th job's end, divided by N. Redis
+`INFO commandstats` cannot be used: it counts the commands scripts run. The counter is
+checked first (`python -m benchmarks.roundtrips`: {counter}).
+
+- **drain**: as above, {jobs:,} jobs, median of {variant_runs} run(s) per variant, with
+  counting on (so `lockgate` here may differ a little from the headline row). **% of
+  plain**: against the plain variant at the same concurrency; **x fastest peer**: against
+  the fastest other library's drain in this run. **Redis B/job left**: (`used_memory`
+  0.5 s after the drain minus empty) / N, which for idempotent tasks is the done markers.
+  With two processes, each reports its jobs every 5 ms (batches cannot span processes).
+- **critical latency sweep**: one run per row, {sweep_critical:,} critical jobs 5 ms apart
+  while a worker at that concurrency works through a low backlog large enough that about
+  {latency_jobs:,} low jobs still wait when the last one is sent (**low jobs left**: the
+  backlog at the end); idempotent tasks.
+- **enqueue**: the headline row's rates against the bare redis-py loops of the same run.
+"""
+
+
+def _variants(results: dict[str, Any]) -> str:
+    found = results.get("lockgate_variants")
+    if not found:
+        return ""
+    check = found.get("counter_check") or {}
+    counter = "holds" if check.get("ok") else f"FAILED, {check.get('error', 'see the log')}"
+    settings = {**results["settings"], "variant_runs": found.get("variant_runs", "?")}
+    parts = ["## lockgate variants", "", VARIANTS.format(counter=counter, **settings)]
+    for title, headers, body in targets.sections(results):
+        parts += [f"### {title}", "", report.markdown_rows(headers, body), ""]
+    failures = [f"- **{failed} failed**: {error}" for failed, error in targets.errors(results)]
+    parts += [*failures, *([""] if failures else []), "### Targets", ""]
+    parts += [f"- {line}" for line in targets.target_lines(results)]
+    return "\n".join([*parts, ""])
+
+
 FULL = {"jobs": 20_000, "latency_jobs": 20_000, "memory_jobs": 100_000, "runs": 3}
 
 
 def _scope(settings: dict[str, Any]) -> str:
     if settings["smoke"]:
-        return "Smoke mode: lockgate only, a few hundred jobs, to check the harness works.\n"
+        return ("Smoke mode: lockgate only, a few hundred jobs (2,000 for the round-trip "
+                "check), to check the harness works.\n")  # fmt: skip
     if all(settings[key] == value for key, value in FULL.items()):
         return ""
     return (
@@ -109,7 +152,7 @@ def render(results: dict[str, Any], table: str) -> str:
     parts = [
         f"# Benchmark results{smoke}",
         "",
-        f"`{settings['command']}` — rerun everything with `make bench` (about 25 minutes "
+        f"`{settings['command']}` — rerun everything with `make bench` (about 30 minutes "
         "on 2 cores) or see `python -m benchmarks --help` for smaller runs. Raw runs are in "
         "`results.json`.",
         "",
@@ -128,6 +171,7 @@ def render(results: dict[str, Any], table: str) -> str:
         picture,
         "",
         READING,
+        _variants(results),
         "## How each figure is measured",
         "",
         METHOD.format(**settings),

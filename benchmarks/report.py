@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks import targets
+
 MB = 1024 * 1024
 HEADERS = (
     "library", "version", "enqueue 1-by-1 jobs/s", "bulk enqueue jobs/s", "drain jobs/s",
@@ -28,7 +30,8 @@ CEILING_OF = {"enqueue_one": "xadd_one", "enqueue_bulk": "xadd_pipelined",
 def brief(measure: str, outcome: dict[str, Any]) -> str:
     """One line about one run, for the progress log."""
     if measure == "latency":
-        return (f"critical p50 {outcome['p50_ms']:.1f} ms p99 {outcome['p99_ms']:.1f} ms, "
+        return (f"critical p50 {outcome['p50_ms']:.1f} ms p99 {outcome['p99_ms']:.1f} ms "
+                f"p99.9 {outcome['p999_ms']:.1f} ms max {outcome['max_ms']:.1f} ms, "
                 f"low {outcome['low_rate_meanwhile']:,.0f}/s meanwhile")  # fmt: skip
     if measure == "ceiling":
         return (f"XADD {outcome['xadd_one']:,.0f}/s, pipelined {outcome['xadd_pipelined']:,.0f}/s, "
@@ -38,6 +41,8 @@ def brief(measure: str, outcome: dict[str, Any]) -> str:
         memory = outcome["memory"]
         line += (f", RSS {outcome['rss_bytes'] / MB:.0f} MB, Redis "
                  f"{memory['queued'] / MB:.1f} → {memory['after'] / MB:.1f} MB")  # fmt: skip
+    if outcome.get("round_trips_per_job") is not None:
+        line += f", {outcome['round_trips_per_job']:.2f} round trips/job"
     return line
 
 
@@ -111,10 +116,23 @@ def table(results: dict[str, Any]) -> Table:
     return grid
 
 
+def simple_table(title: str, headers: tuple[str, ...], body: list[list[str]]) -> Table:
+    grid = Table(title=title)
+    for i, header in enumerate(headers):
+        grid.add_column(header, justify="left" if i == 0 else "right")
+    for row in body:
+        grid.add_row(*row)
+    return grid
+
+
+def markdown_rows(headers: tuple[str, ...], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    cells = [[cell.replace("|", "\\|") for cell in row] for row in body]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
 def markdown_table(results: dict[str, Any]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
-    return "\n".join([*lines, "", FOOTNOTE])
+    return "\n".join([markdown_rows(HEADERS, rows(results)), "", FOOTNOTE])
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -148,6 +166,14 @@ def write(results: dict[str, Any], out: Path, console: Console) -> None:
     for name, entry in results["peers"].items():
         for measure, error in (entry.get("errors") or {}).items():
             console.print(f"[red]{name} {measure}: {error}[/red]")
+    for title, headers, body in targets.sections(results):
+        console.print(simple_table(title, headers, body))
+    for failed, error in targets.errors(results):
+        console.print(f"[red]{failed}: {error}[/red]", highlight=False)
+    for line in targets.target_lines(results):
+        console.print(f"target: {line}", markup=False, highlight=False)
+    if results.get("lockgate_variants"):
+        results["lockgate_targets"] = targets.targets(results)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results["chart"] = chart(results, out)
     console.print(results["chart"])

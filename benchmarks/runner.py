@@ -9,7 +9,9 @@ Measures:
     enqueue_bulk  N no-op jobs through the bulk API: jobs/s.
     drain         N no-op jobs queued, then one worker process: jobs/s from the first
                   job's start to the N-th job's end, the worker's peak RSS, and Redis
-                  used memory empty, with N queued, and after the drain.
+                  used memory empty, with N queued, and after the drain. When the worker
+                  counts its round trips (``BENCH_COUNT_ROUND_TRIPS=1``), those from its
+                  first job to the N-th, per job.
     latency       N low jobs (1 ms each) queued, one worker busy with them, then
                   CRITICAL critical jobs 5 ms apart: their enqueue-to-start wait, and the
                   low jobs done per second meanwhile.
@@ -59,11 +61,11 @@ def used_memory() -> int:
     return int(probe.client().info("memory")["used_memory"])
 
 
-def percentile(values: list[float], q: int) -> float:
-    """The q-th percentile (inclusive method); the value itself for one sample."""
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile, to a tenth (inclusive method); the value itself for one sample."""
     if len(values) < 2:
         return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 10) - 1]
 
 
 async def timed(call: Callable[[], Awaitable[None]], n: int) -> dict[str, Any]:
@@ -76,6 +78,24 @@ async def timed(call: Callable[[], Awaitable[None]], n: int) -> dict[str, Any]:
 def start_worker(adapter: Adapter, log: Path, target: int) -> Any:
     env = dict(os.environ, BENCH_TARGET=str(target))
     return procs.start(adapter.worker_command(), env, log.open("ab"))
+
+
+def worker_gone(worker: Any, log: Path, what: str) -> RuntimeError:
+    """The error for a worker that stopped short, with its log's last line if it exited."""
+    if worker.poll() is None:
+        return RuntimeError(f"worker timed out {what} (see {log})")
+    tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+    return RuntimeError(f"worker exited {what}: {' '.join(tail)[:200]} (see {log})")
+
+
+def round_trips(keys: probe.ProbeKeys, n: int) -> dict[str, Any]:
+    """The worker's client round trips, when it counted them (else nothing)."""
+    counted, startup = probe.client().mget(keys.trips, keys.trips_start)
+    if counted is None:
+        return {}
+    trips = int(cast(bytes, counted))
+    return {"round_trips": trips, "round_trips_per_job": trips / n,
+            "round_trips_startup": int(cast(bytes, startup or b"0"))}  # fmt: skip
 
 
 async def drain(adapter: Adapter, n: int, log: Path) -> dict[str, Any]:
@@ -91,18 +111,19 @@ async def drain(adapter: Adapter, n: int, log: Path) -> dict[str, Any]:
         rss = procs.peak_rss_bytes(worker.pid)
         if not finished:
             done = int(probe.client().get(keys.done) or 0)
-            state = "exited" if worker.poll() is not None else "timed out"
-            raise RuntimeError(f"worker {state} after {done} of {n} jobs (see {log})")
+            raise worker_gone(worker, log, f"after {done} of {n} jobs")
         time.sleep(SETTLE_SECONDS)
         after = used_memory()
     finally:
         procs.stop(worker)
     first, last = (float(cast(bytes, v)) for v in probe.client().mget(keys.first, keys.last))
     return {
+        "jobs": n,
         "rate": n / (last - first),
         "seconds": last - first,
         "rss_bytes": rss,
         "memory": {"empty": empty, "queued": queued, "after": after},
+        **round_trips(keys, n),
     }
 
 
@@ -113,7 +134,7 @@ async def latency(adapter: Adapter, n: int, critical: int, log: Path) -> dict[st
     worker = start_worker(adapter, log, 0)
     try:
         if not procs.wait_for(lambda: int(client.get(keys.low) or 0) >= 20, 60, worker):
-            raise RuntimeError(f"worker did not start low jobs (see {log})")
+            raise worker_gone(worker, log, "before it started low jobs")
         low_before, began = int(client.get(keys.low) or 0), time.monotonic()
         for _ in range(critical):
             await adapter.enqueue_critical(time.time())
@@ -128,9 +149,12 @@ async def latency(adapter: Adapter, n: int, critical: int, log: Path) -> dict[st
     return {
         "p50_ms": percentile(waits, 50) * 1000,
         "p99_ms": percentile(waits, 99) * 1000,
+        "p999_ms": percentile(waits, 99.9) * 1000,
+        "max_ms": max(waits) * 1000,
         "critical_started": len(waits),
         "critical_sent": critical,
         "low_done_meanwhile": low_after - low_before,
+        "low_left": n - low_after,  # about (low jobs count in tens): 0 if the backlog ran dry
         "low_rate_meanwhile": (low_after - low_before) / (ended - began),
         "window_seconds": ended - began,
     }
