@@ -239,9 +239,15 @@ class App:
         max_payload_bytes: largest encoded job accepted by enqueue.
         dead_letter_max_len: dead letters kept (the oldest are trimmed); None: no limit.
         dead_letter_max_age: seconds (or a timedelta) a dead letter is kept; None: no limit.
+        legacy_markers: also write done markers (and mirror claims) the way lockgate 0.1
+            and 0.2 workers read them, for a rolling upgrade while such workers still run;
+            about 250 B of Redis memory per marker (480 B for an ``idempotent=True`` job)
+            instead of about 45 B; turn it off once none runs. Markers those releases
+            wrote are honoured either way.
 
     Raises:
-        ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter limit.
+        ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
+            limit, or a ``legacy_markers`` that is not a bool.
     """
 
     def __init__(
@@ -255,6 +261,7 @@ class App:
         max_payload_bytes: int = 1_048_576,
         dead_letter_max_len: int | None = 100_000,
         dead_letter_max_age: float | timedelta | None = timedelta(days=30),
+        legacy_markers: bool = False,
     ) -> None:
         self.redis_url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
@@ -289,6 +296,9 @@ class App:
                 f"dead_letter_max_age must be at least 1 ms or None, got {dead_letter_max_age!r}"
             )
         self.dead_letter_max_age_ms: int = round(max_age * 1000)
+        if not isinstance(legacy_markers, bool):
+            raise ConfigError(f"legacy_markers must be True or False, got {legacy_markers!r}")
+        self.legacy_markers = legacy_markers
         self.keys = Keys(self.namespace)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer: Producer = (

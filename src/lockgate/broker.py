@@ -106,17 +106,25 @@ class ReadClaims:
         prefix: the claim keys' prefix (``Keys.claim("")``).
         tasks: the names of the idempotent tasks.
         lease: the claims' lease in seconds.
+        done_prefix: the done-marker buckets' prefix (``Keys.done_bucket_prefix``).
+        legacy_markers: also claim the jobs' 0.1 names (``App(legacy_markers=True)``).
     """
 
     prefix: str
     tasks: frozenset[str]
     lease: float
+    done_prefix: str
+    legacy_markers: bool = False
 
     def args(self, token: str) -> list[Arg]:
         """The read script's claim arguments, for a read whose tokens start ``token``."""
         if not self.tasks:
             return [""]
-        return [self.prefix, token, max(1, round(self.lease * 1000)), *sorted(self.tasks)]
+        lease_ms = max(1, round(self.lease * 1000))
+        return [
+            self.prefix, token, lease_ms, self.done_prefix, int(self.legacy_markers),
+            *sorted(self.tasks),
+        ]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +137,12 @@ class Settlement:
         claim_key: the Redis key of the job's idempotency claim, if it has one.
         claim_token: that claim's owner token.
         claim_ttl: seconds the done marker lasts.
-        legacy_claim_key: the claim's 0.1 name (``idempotent=True`` jobs), if any.
+        legacy_claim_key: the claim's 0.1 name (``idempotent=True`` jobs) when the
+            markers are also written there (``App(legacy_markers=True)``), else None.
         legacy_done: the done marker to write there as well (a 0.1 worker skips the job).
+        done_prefix: the done-marker buckets' prefix (``Keys.done_bucket_prefix``).
+        legacy_markers: also leave the string marker ``d:<token>`` under the claim key
+            (what lockgate 0.2 workers read).
         record: dead: the dead letter's fields.
         trim: dead: [dead letters kept at most, their max age ms], 0 for no limit.
     """
@@ -142,6 +154,8 @@ class Settlement:
     claim_ttl: float = 0.0
     legacy_claim_key: str | None = None
     legacy_done: str = ""
+    done_prefix: str = ""
+    legacy_markers: bool = False
     record: Mapping[str, str | bytes] = field(default_factory=dict)
     trim: Sequence[int] = (0, 0)
 
@@ -154,11 +168,15 @@ class Settlement:
         return [self.claim_key, self.legacy_claim_key]
 
     def claim_args(self) -> list[Arg]:
-        """Claim token, action, done-marker TTL ms, 0.1 done marker (both backends)."""
+        """Claim token, action, done-marker TTL ms, 0.1 done marker, done-marker buckets'
+        prefix, string marker flag (both backends)."""
         if self.claim_key is None:
-            return ["", "keep", 0, ""]
+            return ["", "keep", 0, "", "", 0]
         ttl = max(1, round(self.claim_ttl * 1000))
-        return [self.claim_token, self.outcome.claim, ttl, self.legacy_done]
+        return [
+            self.claim_token, self.outcome.claim, ttl, self.legacy_done, self.done_prefix,
+            int(self.legacy_markers),
+        ]  # fmt: skip
 
     def dead_args(self) -> list[Arg]:
         """Trim limits, then the dead letter's field/value pairs."""

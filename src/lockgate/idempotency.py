@@ -1,8 +1,9 @@
 """Idempotent side effects: crash-safe claims in Redis, optionally backed by PostgreSQL.
 
 A claim is an owner token with a short lease that a background thread renews while the
-side effect runs; success turns it into a separate done marker with a long TTL; a failure
-releases it so a retry can run. Completing, releasing and renewing are compare-and-set on
+side effect runs; success replaces it with a done marker with a long TTL (a member of a
+bucketed sorted set, see :meth:`lockgate.keys.Keys.done_marker`); a failure releases it so
+a retry can run. Completing, releasing and renewing are compare-and-set on
 the token (Lua), so a worker whose lease lapsed can never delete or complete the claim of
 the worker that took over. A worker killed mid-claim stops renewing and its claim expires
 with the lease: the job is not skipped forever, as it is with the lesson's plain SET NX.
@@ -148,8 +149,9 @@ class Claim:
         step: the step name when this claim guards one step of a job.
         legacy_key: an older name of the same claim (lockgate 0.1 keyed the claims of
             ``idempotent=True`` tasks by job id alone): its done marker or live claim is
-            honoured, so an upgrade never runs a finished job again; and a done marker is
-            also written there (tagged with ``legacy_scope``), so a 0.1 worker still
+            honoured, so an upgrade never runs a finished job again; with
+            ``App(legacy_markers=True)`` the claim is also mirrored there and a done
+            marker written there (tagged with ``legacy_scope``), so a 0.1 worker still
             running in a rolling deploy skips the job too.
         legacy_scope: the task name that tags this claim's markers under ``legacy_key``:
             a marker tagged with another task does not count as done here.
@@ -191,36 +193,55 @@ class Claim:
         self._redis_key = app.keys.claim(key)
         self._legacy_key = app.keys.claim(legacy_key) if legacy_key is not None else None
         self._legacy_scope = legacy_scope
+        # Read once: the claim and its settle agree on where and how markers are written.
+        self.done_prefix = app.keys.done_bucket_prefix
+        self.legacy_markers = app.legacy_markers
 
     @property
     def legacy_redis_key(self) -> str | None:
-        """The 0.1 name of this claim, when it has one."""
+        """The 0.1 name of this claim, when it has one (honoured when claiming)."""
         return self._legacy_key
 
+    @property
+    def legacy_write_key(self) -> str | None:
+        """The 0.1 name that this claim is mirrored and marked done under: only with
+        ``App(legacy_markers=True)``, else None."""
+        return self._legacy_key if self.legacy_markers else None
+
     def legacy_done_value(self) -> str:
-        """The done marker written under the 0.1 name: 0.1 reads any ``d:`` value as done,
-        this release reads the ``:t:`` tag and counts it only for the same task."""
-        return f"d:{self.token}:t:{self._legacy_scope}" if self._legacy_key is not None else ""
+        """The done marker written under the 0.1 name ('' when none is): 0.1 reads any
+        ``d:`` value as done, this release reads the ``:t:`` tag and counts it only for
+        the same task."""
+        if self.legacy_write_key is None:
+            return ""
+        return f"d:{self.token}:t:{self._legacy_scope}"
 
     @property
     def redis_key(self) -> str:
-        """The Redis key holding the claim or done marker."""
+        """The Redis key holding the live claim (its done marker lives in a bucket)."""
         return self._redis_key
 
     def settle_call(self, action: str, duration: float) -> ScriptCall:
         """The script call that finishes ('done', 'release') or renews this claim."""
         ms = max(1, round(duration * 1000))
         keys = [self._redis_key]
-        if self._legacy_key is not None:
-            keys.append(self._legacy_key)
-        return ScriptCall("idem_settle", keys, [self.token, action, ms, self.legacy_done_value()])
+        if self.legacy_write_key is not None:
+            keys.append(self.legacy_write_key)
+        args: list[Arg] = [
+            self.token, action, ms, self.legacy_done_value(), self.done_prefix,
+            int(self.legacy_markers),
+        ]  # fmt: skip
+        return ScriptCall("idem_settle", keys, args)
 
     def claim_call(self) -> ScriptCall:
         """The script call that takes this claim (its reply goes to :meth:`taken`)."""
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
-        args: list[Arg] = [self.token, round(self.lease * 1000), self._legacy_scope]
+        args: list[Arg] = [
+            self.token, round(self.lease * 1000), self._legacy_scope, self.done_prefix,
+            int(self.legacy_markers),
+        ]  # fmt: skip
         return ScriptCall("idem_claim", keys, args)
 
     def _guard(self) -> None:

@@ -6,9 +6,18 @@ one Redis Cluster slot. Nothing outside this module builds a key name.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 GROUP = "lockgate"
+# A done marker is a member of one of 4,096 sorted sets (buckets) per namespace, not a key
+# of its own: a bucket of at most 128 members is one compact listpack, about 35 B per
+# marker where a string key with a TTL costs about 210 B. With the buckets' own keys, 43 B
+# per marker at 100,000 live markers, 37 B at 400,000; past about 400,000 buckets start to
+# outgrow the listpack limit and cost more (70 B per marker at 500,000). See
+# lua/_done_marker.lua.
+DONE_BUCKET_DIGITS = 3  # hex digits of SHA1(claim key) naming the bucket: 16**3 buckets
+DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,32 @@ class Keys:
         return f"{self.prefix}:delayed:{queue}:{level}"
 
     def claim(self, key: str) -> str:
-        """An idempotency claim or done marker."""
+        """An idempotency claim (``c:<token>`` with the lease), or a done marker written
+        the way lockgate 0.1 and 0.2 wrote them (``d:<token>``, still honoured)."""
         return f"{self.prefix}:idem:{key}"
+
+    @property
+    def done_bucket_prefix(self) -> str:
+        """The prefix of the done-marker buckets: sorted sets of claim-key digests scored
+        by expiry (seconds); the scripts append each bucket's hex digits."""
+        return f"{self.prefix}:done:"
+
+    def done_marker(self, claim_key: str) -> tuple[str, str]:
+        """Where the done marker of a claim key lives (what the scripts compute in Lua).
+
+        Args:
+            claim_key: a key from :meth:`claim`.
+
+        Returns:
+            (the bucket's key, the member): the first 3 hex digits of the key's SHA1 name
+            the bucket, the next 24 are the member.
+        """
+        digest = hashlib.sha1(claim_key.encode()).hexdigest()
+        member_end = DONE_BUCKET_DIGITS + DONE_MEMBER_DIGITS
+        return (
+            self.done_bucket_prefix + digest[:DONE_BUCKET_DIGITS],
+            digest[DONE_BUCKET_DIGITS:member_end],
+        )
 
     @staticmethod
     def job_claim_name(task: str, job_id: str) -> str:
@@ -45,8 +78,8 @@ class Keys:
 
     @staticmethod
     def legacy_job_claim_name(job_id: str) -> str:
-        """The same claim as lockgate 0.1 named it, by job id alone (still honoured, and
-        still marked, for 0.1 workers in a rolling deploy)."""
+        """The same claim as lockgate 0.1 named it, by job id alone (still honoured; also
+        written, for 0.1 workers in a rolling deploy, with ``App(legacy_markers=True)``)."""
         return f"job:{job_id}"
 
     def wake(self) -> str:

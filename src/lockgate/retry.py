@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import cast
 
 from lockgate.config import seconds
@@ -74,7 +75,8 @@ class RetryPolicy:
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"timeout must be positive, got {self.timeout}")
 
-    @property
+    @cached_property
     def window(self) -> float:
-        """Longest span of retry delays (for idempotency TTL checks)."""
+        """Longest span of retry delays (for idempotency TTL checks; read for every job
+        run, so computed once)."""
         return self.backoff.window(self.retries)

@@ -42,8 +42,10 @@ def settlement(app: App, ending: Ending) -> Settlement:
         claim_key=claim.redis_key if claim is not None else None,
         claim_token=claim.token if claim is not None else "",
         claim_ttl=claim.ttl if claim is not None else 0.0,
-        legacy_claim_key=claim.legacy_redis_key if claim is not None else None,
+        legacy_claim_key=claim.legacy_write_key if claim is not None else None,
         legacy_done=claim.legacy_done_value() if claim is not None else "",
+        done_prefix=claim.done_prefix if claim is not None else "",
+        legacy_markers=claim.legacy_markers if claim is not None else False,
         record=record,
         trim=deadletter.trim_args(app) if outcome.kind == "dead" else (0, 0),
     )  # fmt: skip

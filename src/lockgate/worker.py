@@ -184,6 +184,8 @@ class Worker:
             self.app.keys.claim(""),
             frozenset(name for name, task in self.app.tasks.items() if task.idempotent),
             self.config.claim_lease_seconds,
+            self.app.keys.done_bucket_prefix,
+            self.app.legacy_markers,
         )
         return StreamConsumer(
             client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,

@@ -2,11 +2,13 @@
 
 It uses only what both versions have (``App``, the task options ``idempotent``,
 ``retries`` and ``backoff``, ``current_job``, ``RetryableError``, ``Task.message`` and
-``App.enqueue_many``), so old and new workers and producers load the same module. Every run
-INSERTs a row into the run's own PostgreSQL table with no dedup at all: a job that runs
-twice shows as two rows. Configured through the environment; run as a script, it is a
-producer: ``python rolling_app.py FIRST COUNT`` enqueues jobs FIRST..FIRST+COUNT-1 and
-prints the path of the lockgate package it used.
+``App.enqueue_many``), so old and new workers and producers load the same module; only this
+version's App gets ``legacy_markers=True`` (``ROLLING_ROLE=new``), so that its workers mirror
+claims and write done markers where 0.1 workers read them. Every run INSERTs a row into the
+run's own PostgreSQL table with no dedup at all: a job that runs twice shows as two rows.
+Configured through the environment; run as a script, it is a producer: ``python
+rolling_app.py FIRST COUNT`` enqueues jobs FIRST..FIRST+COUNT-1 and prints the path of the
+lockgate package it used.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ INSERT = sql.SQL(
     "INSERT INTO {} (job_id, n, task, pid, role, attempt) VALUES (%s, %s, %s, %s, %s, %s)"
 )
 
+# This version's option; 0.1's App has none.
+LEGACY_MARKERS: dict[str, Any] = {"legacy_markers": True} if ROLE == "new" else {}
+
 app = App(
     namespace=os.environ.get("ROLLING_NAMESPACE", "rolling"),
     backend="sorted" if os.environ.get("ROLLING_BACKEND") == "sorted" else "streams",
+    **LEGACY_MARKERS,
 )
 
 

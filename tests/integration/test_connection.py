@@ -399,4 +399,7 @@ def test_many_threads_claiming_at_once_wait_for_a_connection_instead_of_failing(
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert all(app.client().get(app.keys.claim(f"pool:{n}")) for n in range(150))
+    marked = [
+        app.client().zscore(*app.keys.done_marker(app.keys.claim(f"pool:{n}"))) for n in range(150)
+    ]
+    assert all(marked)  # every claim was marked done

@@ -38,6 +38,22 @@ def namespace_keys(rclient: redis.Redis, namespace: str) -> list[bytes]:
     return list(rclient.scan_iter(match=f"lockgate:{{{namespace}}}:*", count=10_000))
 
 
+def marker_ttl_ms(rclient: redis.Redis, app: App, key: str) -> int | None:
+    """Milliseconds left on the done marker of idempotency key ``key`` (a member of its
+    bucket, its expiry rounded up to a second), None when it has none."""
+    expiry = rclient.zscore(*app.keys.done_marker(app.keys.claim(key)))
+    if expiry is None:
+        return None
+    seconds, micros = rclient.time()
+    return round(expiry * 1000) - (int(seconds) * 1000 + int(micros) // 1000)
+
+
+def done(rclient: redis.Redis, app: App, key: str) -> bool:
+    """``key`` is done: its claim is gone and its done marker live."""
+    ttl = marker_ttl_ms(rclient, app, key)
+    return ttl is not None and ttl > 0 and not rclient.exists(app.keys.claim(key))
+
+
 # --- the claim on its own -------------------------------------------------------------
 
 
@@ -50,13 +66,13 @@ def test_the_claim_is_taken_before_the_side_effect_and_done_after_it(
     with app.idempotent("email:A1", ttl=60) as claim:
         seen_inside.append(rclient.get(key))
     assert seen_inside == [f"c:{claim.token}".encode()]
-    # Success: a done marker of its own for the TTL (the lease no longer matters).
-    assert rclient.get(key) == f"d:{claim.token}".encode()
-    assert 55_000 < rclient.pttl(key) <= 60_000
+    # Success: the claim goes, a done marker stays for the TTL (the lease no longer matters).
+    assert done(rclient, app, "email:A1")
+    assert 55_000 < (marker_ttl_ms(rclient, app, "email:A1") or 0) <= 61_000
     with pytest.raises(AlreadyProcessed) as caught, app.idempotent("email:A1", ttl=60):
         pytest.fail("a duplicate ran the side effect")
     assert caught.value.key == "email:A1"
-    assert rclient.get(key) == f"d:{claim.token}".encode()
+    assert done(rclient, app, "email:A1")
 
 
 def test_an_exception_releases_the_claim_so_a_retry_runs(
@@ -83,8 +99,8 @@ async def test_async_with_claims_marks_done_and_releases(
     key = app.keys.claim("sms:1")
     async with app.idempotent("sms:1", ttl=120) as claim:
         assert rclient.get(key) == f"c:{claim.token}".encode()
-    assert rclient.get(key) == f"d:{claim.token}".encode()
-    assert 115_000 < rclient.pttl(key) <= 120_000
+    assert done(rclient, app, "sms:1")
+    assert 115_000 < (marker_ttl_ms(rclient, app, "sms:1") or 0) <= 121_000
     with pytest.raises(AlreadyProcessed):
         async with app.idempotent("sms:1"):
             pytest.fail("a duplicate ran the side effect")
@@ -95,7 +111,7 @@ async def test_async_with_claims_marks_done_and_releases(
     assert not rclient.exists(app.keys.claim("sms:2"))
     async with app.idempotent("sms:2"):
         pass
-    assert rclient.get(app.keys.claim("sms:2")).startswith(b"d:")
+    assert done(rclient, app, "sms:2")
 
 
 def test_32_threads_racing_on_one_key_run_the_block_once(
@@ -228,7 +244,8 @@ def test_a_live_lease_makes_the_duplicate_busy_for_the_remaining_lease(
 
 
 def settle_script(app: App, key: str, token: str, action: str) -> int:
-    call = ScriptCall("idem_settle", [app.keys.claim(key)], [token, action, 86_400_000])
+    args = [token, action, 86_400_000, "", app.keys.done_bucket_prefix, 0]
+    call = ScriptCall("idem_settle", [app.keys.claim(key)], args)
     return int(SyncScripts(app.client()).run_all([call])[0])
 
 
@@ -259,7 +276,8 @@ def test_a_lapsed_lease_is_taken_over_and_the_late_owner_settles_nothing(
         assert rclient.get(redis_key) == ours
         stalled.__exit__(ValueError, ValueError("late failure"), None)
         assert rclient.get(redis_key) == ours
-    assert rclient.get(redis_key) == f"d:{second.token}".encode()
+        assert marker_ttl_ms(rclient, second_app, "pay:takeover") is None
+    assert done(rclient, second_app, "pay:takeover")
     assert "pay:takeover was taken over" in caplog.text
 
 
@@ -282,7 +300,7 @@ def test_a_claim_held_past_its_lease_is_renewed(
 
         wait_until_sync(renewed_twice, message="two lease renewals")
         assert not claim.lost
-    assert rclient.get(redis_key) == f"d:{claim.token}".encode()
+    assert done(rclient, app, "report:1")
 
 
 def test_a_short_lease_claimed_while_the_keeper_sleeps_is_renewed(
@@ -363,7 +381,27 @@ def test_a_key_of_exactly_512_bytes_is_accepted(
     app = make_app()
     with app.idempotent("k" * 512):
         pass
-    assert rclient.get(app.keys.claim("k" * 512)).startswith(b"d:")
+    assert done(rclient, app, "k" * 512)
+
+
+def test_legacy_markers_also_leave_the_string_marker_older_releases_read(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """For a rolling upgrade from 0.2 (which reads ``d:<token>`` under the claim key)."""
+    app, plain_app = make_app(legacy_markers=True), make_app()
+    with app.idempotent("email:L1", ttl=60) as claim:
+        pass
+    key = app.keys.claim("email:L1")
+    assert rclient.get(key) == f"d:{claim.token}".encode()
+    assert 55_000 < rclient.pttl(key) <= 60_000
+    assert 55_000 < (marker_ttl_ms(rclient, app, "email:L1") or 0) <= 61_000
+    with pytest.raises(AlreadyProcessed), plain_app.idempotent("email:L1"):
+        pytest.fail("a duplicate ran the side effect")
+
+
+def test_legacy_markers_must_be_a_bool(make_app: Callable[..., App]) -> None:
+    with pytest.raises(ConfigError, match="legacy_markers"):
+        make_app(legacy_markers="yes")
 
 
 def test_incr_once_does_not_double_count_a_request(
@@ -485,7 +523,7 @@ async def test_a_busy_claim_in_a_task_waits_spends_no_attempt_and_runs_soon_afte
         holder_app.lease_keeper.remove(holder)
     assert sent == [1]  # the waits spent no attempt
     assert worker.dead == 0 and worker.retried == 0 and list_dead(app) == []
-    assert rclient.get(app.keys.claim("charge:A1")).startswith(b"d:")
+    assert done(rclient, app, "charge:A1")
 
 
 async def test_an_idempotent_task_runs_once_even_when_redelivered(
@@ -504,9 +542,11 @@ async def test_an_idempotent_task_runs_once_even_when_redelivered(
     worker = worker_for(app, concurrency=2)
     async with running(worker):
         await wait_until(lambda: worker.processed == 1)
-        marker = rclient.get(app.keys.claim("job:complete_order:order-A1"))
-        assert marker is not None and marker.startswith(b"d:")
-        assert 3_500_000 < rclient.pttl(app.keys.claim("job:complete_order:order-A1")) <= 3_600_000
+        assert done(rclient, app, "job:complete_order:order-A1")
+        ttl_ms = marker_ttl_ms(rclient, app, "job:complete_order:order-A1") or 0
+        assert 3_500_000 < ttl_ms <= 3_601_000
+        # Nothing under the 0.1 name (only with legacy_markers=True).
+        assert not rclient.exists(app.keys.claim("job:order-A1"))
         # A redelivery of the same entry (a lost ack, a reclaim): acked, not run.
         rclient.xadd(stream, {"job": encode(message.job)})
         await wait_until(lambda: worker.processed == 2)
@@ -537,7 +577,7 @@ async def test_an_idempotent_task_that_fails_is_released_and_retried(
         await wait_until(lambda: worker.processed == 1)
     assert attempts == [1, 2]
     assert worker.retried == 1
-    assert rclient.get(app.keys.claim("job:sync_crm:crm-C1")).startswith(b"d:")
+    assert done(rclient, app, "job:sync_crm:crm-C1")
 
 
 async def test_an_idempotent_task_whose_job_is_claimed_elsewhere_waits_without_an_attempt(
@@ -592,8 +632,7 @@ async def test_steps_a_retry_skips_finished_steps_and_reruns_the_rest(
         await wait_until(lambda: worker.processed == 1)
     assert effects == [("email", 1), ("partner-api", 1), ("partner-api", 2), ("receipt", 2)]
     for step in ("email", "partner-api", "receipt"):
-        marker = rclient.get(app.keys.claim(f"step:complete_order:order-A1:{step}"))
-        assert marker is not None and marker.startswith(b"d:"), step
+        assert done(rclient, app, f"step:complete_order:order-A1:{step}"), step
 
 
 async def test_a_step_done_escaping_the_task_dead_letters_the_job_with_the_reason(
@@ -714,8 +753,8 @@ async def test_steps_default_to_the_tasks_idempotency_ttl(
     worker = worker_for(app, concurrency=1)
     async with running(worker):
         await wait_until(lambda: worker.processed + worker.failed == 1)
-    ttl_ms = rclient.pttl(app.keys.claim("step:weekly:weekly-A1:email"))
-    assert (week - 60) * 1000 < ttl_ms <= week * 1000, f"step marker TTL {ttl_ms} ms"
+    ttl_ms = marker_ttl_ms(rclient, app, "step:weekly:weekly-A1:email") or 0
+    assert (week - 60) * 1000 < ttl_ms <= (week + 1) * 1000, f"step marker TTL {ttl_ms} ms"
 
 
 def test_current_job_outside_a_worker_is_refused() -> None:

@@ -9,7 +9,9 @@ and ``lua/idem_settle.lua`` for the keys and values), then runs the new worker o
   ``idem:job:{task}:{id}``): its done marker ``d:<token>`` still acknowledges the job
   without running it, and its live claim ``c:<token>`` still holds the job back, without
   a dead letter or a spent attempt, until it lapses; a job the new worker runs is marked
-  done under both names (under 0.1's tagged with the task), so 0.1 workers skip it too;
+  done in its bucket, and with ``App(legacy_markers=True)`` also under both names as the
+  older releases read them (under 0.1's tagged with the task), so 0.1 workers skip it
+  too; without, nothing is written under the 0.1 name;
 - queued, delayed and pending stream entries and sorted-backend jobs written by 0.1 (no
   ``owners`` entry, a ``wakeup`` list instead of the wake stream) each run exactly once;
 - a payload with fields this version does not know (a newer producer's) still runs.
@@ -170,13 +172,21 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
     return app
 
 
-def done_under_both_names(rclient: redis.Redis, keys: Keys, task: str, job_id: str) -> bool:
-    """The new worker marked the job done under its key and, tagged with the task, under
-    the 0.1 name too (so 0.1 workers of a rolling deploy skip the job as well)."""
-    marker = rclient.get(keys.claim(Keys.job_claim_name(task, job_id)))
+def marked_done(
+    rclient: redis.Redis, keys: Keys, task: str, job_id: str, legacy_markers: bool
+) -> bool:
+    """The new worker marked the job done in its bucket. With legacy_markers also under its
+    key as 0.2 did (``d:<token>``) and, tagged with the task, under the 0.1 name (so 0.1
+    workers of a rolling deploy skip the job as well); without, neither is written."""
+    claim = keys.claim(Keys.job_claim_name(task, job_id))
+    bucketed = rclient.zscore(*keys.done_marker(claim)) is not None
+    marker = rclient.get(claim)
     legacy = rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id)))
+    if not legacy_markers:
+        return bucketed and marker is None and legacy is None
     return (
-        marker is not None
+        bucketed
+        and marker is not None
         and marker.startswith(b"d:")
         and legacy == marker + b":t:" + task.encode()
     )
@@ -245,10 +255,11 @@ async def test_a_0_1_done_marker_acknowledges_the_job_without_running_it(
     assert (worker.retried, worker.dead) == (0, 0)
 
 
+@pytest.mark.parametrize("legacy_markers", [False, True])
 async def test_a_0_1_live_claim_holds_the_job_back_until_it_lapses_then_it_runs_once(
-    make_app: Callable[..., App], rclient: redis.Redis
+    make_app: Callable[..., App], rclient: redis.Redis, legacy_markers: bool
 ) -> None:
-    app = recording_app(make_app)
+    app = recording_app(make_app, legacy_markers=legacy_markers)
     keys = app.keys
     legacy = keys.claim(Keys.legacy_job_claim_name("busy-1"))
     v01_claim(rclient, keys, "busy-1", "c", 2_500)  # a 0.1 worker runs it right now
@@ -269,13 +280,14 @@ async def test_a_0_1_live_claim_holds_the_job_back_until_it_lapses_then_it_runs_
     assert runs(rclient, app) == ["busy-1:1:free"]
     assert list_dead(app) == []
     assert (worker.processed, worker.retried, worker.dead) == (1, 0, 0)
-    assert done_under_both_names(rclient, keys, "charge", "busy-1")
+    assert marked_done(rclient, keys, "charge", "busy-1", legacy_markers)
 
 
+@pytest.mark.parametrize("legacy_markers", [False, True])
 async def test_stream_jobs_queued_delayed_and_pending_under_0_1_each_run_once(
-    make_app: Callable[..., App], rclient: redis.Redis
+    make_app: Callable[..., App], rclient: redis.Redis, legacy_markers: bool
 ) -> None:
-    app = recording_app(make_app)
+    app = recording_app(make_app, legacy_markers=legacy_markers)
     keys = app.keys
     # A 0.1 worker that is gone holds one entry: read, never acknowledged.
     pending = v01_job("old-pending", "record", 1, level="critical")
@@ -301,13 +313,14 @@ async def test_stream_jobs_queued_delayed_and_pending_under_0_1_each_run_once(
     assert worker.processed == len(expected)
     assert list_dead(app) == []
     for job_id in ("old-normal", "old-due"):
-        assert done_under_both_names(rclient, keys, "charge", job_id)
+        assert marked_done(rclient, keys, "charge", job_id, legacy_markers)
 
 
+@pytest.mark.parametrize("legacy_markers", [False, True])
 async def test_sorted_jobs_queued_delayed_and_in_flight_under_0_1_each_run_once(
-    make_app: Callable[..., App], rclient: redis.Redis
+    make_app: Callable[..., App], rclient: redis.Redis, legacy_markers: bool
 ) -> None:
-    app = recording_app(make_app, backend="sorted")
+    app = recording_app(make_app, backend="sorted", legacy_markers=legacy_markers)
     q = app.keys.sorted_keys("default")
     v01_enqueue_sorted(rclient, app, v01_job("old-queued", "record", 1))
     v01_enqueue_sorted(rclient, app, v01_job("old-critical", "charge", "D1", level="critical"))
@@ -328,7 +341,7 @@ async def test_sorted_jobs_queued_delayed_and_in_flight_under_0_1_each_run_once(
     assert job_markers(rclient, app) == []
     assert list_dead(app) == []
     for job_id in ("old-critical", "old-inflight"):
-        assert done_under_both_names(rclient, app.keys, "charge", job_id)
+        assert marked_done(rclient, app.keys, "charge", job_id, legacy_markers)
 
 
 NEWER = (

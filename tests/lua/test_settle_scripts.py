@@ -50,9 +50,22 @@ def hold(rclient: redis.Redis, claim: str, value: str | None) -> None:
         rclient.set(claim, value, px=LEASE_MS)
 
 
-def assert_done_marker(rclient: redis.Redis, claim: str, token: str) -> None:
-    assert rclient.get(claim) == f"d:{token}".encode()
-    assert TTL_MS - 60_000 < rclient.pttl(claim) <= TTL_MS  # the done marker's TTL
+def marked_done(rclient: redis.Redis, claim: str) -> bool:
+    """The claim's bucketed done marker is there, expiring about TTL_MS from now."""
+    keys = Keys(claim.split("{", 1)[1].split("}", 1)[0])
+    expiry = rclient.zscore(*keys.done_marker(claim))
+    return expiry is not None and abs(expiry * 1000 - (now_ms(rclient) + TTL_MS)) < 60_000
+
+
+def assert_done_marker(rclient: redis.Redis, claim: str, token: str, strings: bool = False) -> None:
+    """The claim is done: gone, its marker in its bucket; with strings (legacy_markers)
+    also the string marker 'd:<token>' that lockgate 0.2 wrote and reads."""
+    assert marked_done(rclient, claim)
+    if strings:
+        assert rclient.get(claim) == f"d:{token}".encode()
+        assert TTL_MS - 60_000 < rclient.pttl(claim) <= TTL_MS  # the done marker's TTL
+    else:
+        assert not rclient.exists(claim)
 
 
 def test_the_scripts_document_their_keys_and_args() -> None:
@@ -90,8 +103,10 @@ class StreamJob:
         letter: dict[str, str] | None = None,
         legacy: str | None = None,
         legacy_done: str = "",
+        strings: bool = False,
     ) -> list[int]:
-        """settle_stream with the ARGV layout of ``StreamConsumer.settle_call``."""
+        """settle_stream with the ARGV layout of ``StreamConsumer.settle_call`` (legacy and
+        strings: what ``App(legacy_markers=True)`` passes)."""
         keys = self.keys
         script_keys = [self.stream, self.marker, self.delayed, keys.dead(), keys.wake()]
         if claim is not None:
@@ -100,7 +115,7 @@ class StreamJob:
                 script_keys.append(legacy)
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
-            next_job, delay_ms, max_len, max_age_ms,
+            keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -131,39 +146,59 @@ def job(scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> StreamJob:
     return StreamJob(scripts, keys, rclient)
 
 
-# (claim before the settle, claim action applied?, claim after)
+# (claim before the settle, claim action applied?; applied: the claim is marked done, else
+# it is left as it was and no marker is written)
 DONE_CLAIMS = [
-    pytest.param(f"c:{TOKEN}", 1, f"d:{TOKEN}", id="ours"),
-    pytest.param(None, 1, f"d:{TOKEN}", id="lapsed"),
-    pytest.param(f"c:{OTHER}", 0, f"c:{OTHER}", id="another-owners-live-claim"),
-    pytest.param(f"d:{OTHER}", 0, f"d:{OTHER}", id="another-owners-done-marker"),
+    pytest.param(f"c:{TOKEN}", 1, id="ours"),
+    pytest.param(None, 1, id="lapsed"),
+    pytest.param(f"c:{OTHER}", 0, id="another-owners-live-claim"),
+    pytest.param(f"d:{OTHER}", 0, id="another-owners-0.2-done-marker"),
 ]
 
 
-@pytest.mark.parametrize(("before", "applied", "after"), DONE_CLAIMS)
+def assert_claim_settled(
+    rclient: redis.Redis, claim: str, before: str | None, applied: int, strings: bool = False
+) -> None:
+    if applied:
+        assert_done_marker(rclient, claim, TOKEN, strings)
+    else:
+        assert before is not None and rclient.get(claim) == before.encode()
+        assert not marked_done(rclient, claim)
+
+
+@pytest.mark.parametrize("strings", [False, True])
+@pytest.mark.parametrize(("before", "applied"), DONE_CLAIMS)
 def test_settle_stream_done_acks_deletes_frees_and_marks_done(
-    job: StreamJob, rclient: redis.Redis, claim: str, before: str | None, applied: int, after: str
+    job: StreamJob,
+    rclient: redis.Redis,
+    claim: str,
+    before: str | None,
+    applied: int,
+    strings: bool,
 ) -> None:
     hold(rclient, claim, before)
-    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [1, applied]
+    reply = job.settle("done", claim=claim, token=TOKEN, action="done", strings=strings)
+    assert reply == [1, applied]
     assert job.settled()
     assert not rclient.exists(job.marker)  # the job id is free for a new enqueue
-    if after.startswith("d:") and applied:
-        assert_done_marker(rclient, claim, TOKEN)
-    else:
-        assert rclient.get(claim) == after.encode()
+    assert_claim_settled(rclient, claim, before, applied, strings)
     assert not rclient.exists(job.delayed, job.keys.dead(), job.keys.wake())
 
 
+@pytest.mark.parametrize("strings", [False, True])
 def test_settle_stream_done_again_reports_the_done_marker_already_written(
-    job: StreamJob, rclient: redis.Redis, claim: str
+    job: StreamJob, rclient: redis.Redis, claim: str, strings: bool
 ) -> None:
     """The first reply was lost (connection cut after the call ran): the retried call
-    finds the entry gone but its own done marker, and says the claim action applied."""
+    finds the entry gone and the claim done, and says the claim action applied."""
     hold(rclient, claim, f"c:{TOKEN}")
-    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [1, 1]
-    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [0, 1]
-    assert_done_marker(rclient, claim, TOKEN)
+    reply = job.settle("done", claim=claim, token=TOKEN, action="done", strings=strings)
+    assert reply == [1, 1]
+    expiry = rclient.zscore(*job.keys.done_marker(claim))
+    reply = job.settle("done", claim=claim, token=TOKEN, action="done", strings=strings)
+    assert reply == [0, 1]
+    assert_done_marker(rclient, claim, TOKEN, strings)
+    assert rclient.zscore(*job.keys.done_marker(claim)) == expiry  # not written again
 
 
 def test_settle_stream_done_without_a_claim(job: StreamJob, rclient: redis.Redis) -> None:
@@ -334,7 +369,8 @@ def test_settle_stream_lands_under_oom(tmp_path: Path, kind: str) -> None:
         assert job.settled()
         assert client.zcard(job.delayed) == (1 if kind == "retry" else 0)
         assert client.xlen(keys.dead()) == (1 if kind == "dead" else 0)
-        assert client.get(claim) == (f"d:{TOKEN}".encode() if kind == "done" else None)
+        assert not client.exists(claim)
+        assert (client.zscore(*keys.done_marker(claim)) is not None) == (kind == "done")
 
 
 class SortedJob:
@@ -373,6 +409,7 @@ class SortedJob:
         boost_us: int = 0,
         max_len: int = 0,
         letter: dict[str, str] | None = None,
+        strings: bool = False,
     ) -> list[int]:
         """settle_sorted with the ARGV layout of ``SortedConsumer.settle_call``."""
         q = self.q
@@ -383,8 +420,8 @@ class SortedJob:
         if claim is not None:
             script_keys.append(claim)
         args: list[Any] = [
-            "a", owner, kind, token, action, TTL_MS, "", next_job, delay_ms, boost_us,
-            max_len, 0,
+            "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
+            int(strings), next_job, delay_ms, boost_us, max_len, 0,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -417,29 +454,25 @@ def sorted_job(scripts: SyncScripts, keys: Keys, rclient: redis.Redis) -> Sorted
     return SortedJob(scripts, keys, rclient)
 
 
-@pytest.mark.parametrize(("before", "applied", "after"), DONE_CLAIMS)
+@pytest.mark.parametrize("strings", [False, True])
+@pytest.mark.parametrize(("before", "applied"), DONE_CLAIMS)
 def test_settle_sorted_done_finishes_the_job_and_marks_it_done(
     sorted_job: SortedJob,
     rclient: redis.Redis,
     claim: str,
     before: str | None,
     applied: int,
-    after: str,
+    strings: bool,
 ) -> None:
     owner = sorted_job.take("w1")
     hold(rclient, claim, before)
-    assert sorted_job.settle(owner, "done", claim=claim, token=TOKEN, action="done") == [
-        1,
-        applied,
-    ]
+    settle = {"claim": claim, "token": TOKEN, "action": "done", "strings": strings}
+    assert sorted_job.settle(owner, "done", **settle) == [1, applied]
     assert sorted_job.gone()  # the job id is free for a new enqueue
-    if after.startswith("d:") and applied:
-        assert_done_marker(rclient, claim, TOKEN)
-    else:
-        assert rclient.get(claim) == after.encode()
+    assert_claim_settled(rclient, claim, before, applied, strings)
     # A lost reply: the retried call settles nothing more, and reports its done marker.
-    again = sorted_job.settle(owner, "done", claim=claim, token=TOKEN, action="done")
-    assert again == [0, applied]
+    assert sorted_job.settle(owner, "done", **settle) == [0, applied]
+    assert_claim_settled(rclient, claim, before, applied, strings)
 
 
 @pytest.mark.parametrize(
@@ -572,14 +605,19 @@ def test_settle_sorted_lands_under_oom(tmp_path: Path) -> None:
         fill_memory(client, f"{keys.prefix}:junk")
         assert job.settle(owner, "done", claim=claim, token=TOKEN, action="done") == [1, 1]
         assert job.gone()
-        assert client.get(claim) == f"d:{TOKEN}".encode()
+        assert not client.exists(claim)
+        assert client.zscore(*keys.done_marker(claim)) is not None
 
 
-def idem_claim(scripts: SyncScripts, keys: Keys, legacy: bool = True) -> list[int]:
+def idem_claim(
+    scripts: SyncScripts, keys: Keys, legacy: bool = True, mirror: bool = False
+) -> list[int]:
+    """idem_claim of job 'a' of task 'charge' (mirror: with ``legacy_markers``)."""
     script_keys = [keys.claim(Keys.job_claim_name("charge", "a"))]
     if legacy:
         script_keys.append(keys.claim(Keys.legacy_job_claim_name("a")))
-    return list(run(scripts, "idem_claim", script_keys, [TOKEN, LEASE_MS]))
+    args = [TOKEN, LEASE_MS, "charge", keys.done_bucket_prefix, int(mirror)]
+    return list(run(scripts, "idem_claim", script_keys, args))
 
 
 def test_idem_claim_honours_a_legacy_done_marker(
@@ -601,37 +639,45 @@ def test_idem_claim_honours_a_legacy_live_claim(
     assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", "a")))
 
 
+@pytest.mark.parametrize("mirror", [False, True])
 def test_idem_claim_claims_when_no_legacy_key_exists(
-    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis, mirror: bool
 ) -> None:
-    assert idem_claim(scripts, keys) == [1, 0]
+    assert idem_claim(scripts, keys, mirror=mirror) == [1, 0]
     key = keys.claim(Keys.job_claim_name("charge", "a"))
     assert rclient.get(key) == f"c:{TOKEN}".encode()
     assert LEASE_MS - 10_000 < rclient.pttl(key) <= LEASE_MS
-    # Mirrored under the 0.1 name, so a 0.1 worker of a rolling deploy sees it is run.
     legacy = keys.claim(Keys.legacy_job_claim_name("a"))
-    assert rclient.get(legacy) == f"c:{TOKEN}".encode()
-    assert LEASE_MS - 10_000 < rclient.pttl(legacy) <= LEASE_MS
+    if mirror:
+        # Mirrored under the 0.1 name (legacy_markers), so a 0.1 worker of a rolling
+        # deploy sees it is run.
+        assert rclient.get(legacy) == f"c:{TOKEN}".encode()
+        assert LEASE_MS - 10_000 < rclient.pttl(legacy) <= LEASE_MS
+    else:
+        assert not rclient.exists(legacy)
     assert idem_claim(scripts, keys)[0] == -1  # the new key is honoured first
 
 
 def test_the_0_1_name_follows_a_job_claim_renewed_released_and_done(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
+    """With legacy_markers: the claim passes its 0.1 name to idem_settle."""
     key = keys.claim(Keys.job_claim_name("charge", "a"))
     legacy = keys.claim(Keys.legacy_job_claim_name("a"))
-    assert idem_claim(scripts, keys) == [1, 0]
+    assert idem_claim(scripts, keys, mirror=True) == [1, 0]
 
     def settle(action: str, ms: int) -> int:
-        args = [TOKEN, action, ms, f"d:{TOKEN}:t:charge"]
+        args = [TOKEN, action, ms, f"d:{TOKEN}:t:charge", keys.done_bucket_prefix, 1]
         return int(run(scripts, "idem_settle", [key, legacy], args))
 
     assert settle("renew", 600_000) == 1
     assert rclient.pttl(legacy) > LEASE_MS
     assert settle("release", 0) == 1
     assert not rclient.exists(key) and not rclient.exists(legacy)
-    assert idem_claim(scripts, keys) == [1, 0]
+    assert idem_claim(scripts, keys, mirror=True) == [1, 0]
     assert settle("done", 3_600_000) == 1
+    assert rclient.get(key) == f"d:{TOKEN}".encode()
+    assert rclient.zscore(*keys.done_marker(key)) is not None
     assert rclient.get(legacy) == f"d:{TOKEN}:t:charge".encode()
     rclient.set(legacy, "c:someone-else", px=5_000)  # a 0.1 worker's live claim
     assert settle("done", 3_600_000) == 0  # ours is done already: nothing touched
@@ -660,17 +706,34 @@ LEGACY_DONE = f"d:{TOKEN}:t:charge"
 def test_settle_stream_done_also_marks_the_0_1_name_for_old_workers(
     job: StreamJob, rclient: redis.Redis, claim: str, before: str | None, after: str
 ) -> None:
+    """With legacy_markers: the 0.1 name and the strings flag are passed."""
     legacy = job.keys.claim("job:legacy-id")
     hold(rclient, claim, f"c:{TOKEN}")
     if before is not None:
         rclient.set(legacy, before)
     reply = job.settle(
-        "done", claim=claim, token=TOKEN, action="done", legacy=legacy, legacy_done=LEGACY_DONE
-    )
+        "done", claim=claim, token=TOKEN, action="done", legacy=legacy, legacy_done=LEGACY_DONE,
+        strings=True,
+    )  # fmt: skip
     assert reply == [1, 1]
     assert rclient.get(legacy) == after.encode()
     if after == LEGACY_DONE:
         assert 0 < rclient.pttl(legacy) <= TTL_MS
+    assert_done_marker(rclient, claim, TOKEN, strings=True)
+
+
+@pytest.mark.parametrize("before", [None, f"d:{OTHER}", f"c:{OTHER}"])
+def test_settle_stream_done_by_default_writes_nothing_under_the_0_1_name(
+    job: StreamJob, rclient: redis.Redis, claim: str, before: str | None
+) -> None:
+    """Without legacy_markers no 0.1 name is passed: only the bucketed marker is written."""
+    legacy = job.keys.claim(Keys.legacy_job_claim_name("a"))
+    hold(rclient, claim, f"c:{TOKEN}")
+    if before is not None:
+        rclient.set(legacy, before)
+    assert job.settle("done", claim=claim, token=TOKEN, action="done") == [1, 1]
+    assert rclient.get(legacy) == (before.encode() if before is not None else None)
+    assert_done_marker(rclient, claim, TOKEN)
 
 
 def test_settle_stream_retry_leaves_the_0_1_name_alone(
@@ -698,6 +761,7 @@ def test_idem_claim_reads_the_task_tag_of_a_0_1_name_marker(
     legacy = keys.claim("job:order:42")
     rclient.set(legacy, legacy_value)
     claim = keys.claim(f"job:{scope}:order:42")
-    reply = list(run(scripts, "idem_claim", [claim, legacy], [TOKEN, 5000, scope]))
+    args = [TOKEN, 5000, scope, keys.done_bucket_prefix, 0]
+    reply = list(run(scripts, "idem_claim", [claim, legacy], args))
     assert reply == answer
     assert rclient.get(legacy) == legacy_value.encode()  # never written by a claim

@@ -4,7 +4,8 @@
 -- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
 --       level index (1-based) of each stream (n values), then the job claims to take:
 --       the claim keys' prefix ('' to take none), a token prefix unique to this read, the
---       lease in ms, and the names of the idempotent tasks (the rest)
+--       lease in ms, the done-marker buckets' prefix, mirror ('1': also claim the 0.1
+--       name, App(legacy_markers=True)), and the names of the idempotent tasks (the rest)
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
 --          decides; atomic, so any number of workers may do it at once; under maxmemory
 --          the move is skipped, the jobs stay delayed, and the read goes on: draining
@@ -15,7 +16,8 @@
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
 -- Claims: an entry of an idempotent task is claimed as it is read (see _take_claim.lua),
 --          with the token '<token prefix>:<entry id>', under the claim key
---          '<prefix>job:<task>:<job id>' and the 0.1 name '<prefix>job:<job id>'; the names
+--          '<prefix>job:<task>:<job id>' (its done marker in the bucket named from its
+--          digest, see _done_marker.lua) and the 0.1 name '<prefix>job:<job id>'; the names
 --          come from the start of the encoded job ({"id":...,"task":...}), else from
 --          decoding it. An entry whose names cannot be read, or whose claim a full memory
 --          refused, is returned unclaimed: its worker claims it alone.
@@ -38,8 +40,9 @@ local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
 local claims = 4 + nlevels + n
 local claim_prefix, token_prefix, lease = ARGV[claims + 1] or '', ARGV[claims + 2], ARGV[claims + 3]
+local done_prefix, mirror = ARGV[claims + 4], ARGV[claims + 5]
 local idempotent = {}
-for i = claims + 4, #ARGV do idempotent[ARGV[i]] = true end
+for i = claims + 6, #ARGV do idempotent[ARGV[i]] = true end
 
 -- The job id and task name of an entry's encoded job, or nil.
 local function names(fields)
@@ -64,7 +67,8 @@ local function claim(entry_id, fields)
   local id, task = names(fields)
   if not id or not idempotent[task] then return 2, 0 end
   local key, legacy = claim_prefix .. 'job:' .. task .. ':' .. id, claim_prefix .. 'job:' .. id
-  local ok, answer = pcall(take_claim, key, legacy, token_prefix .. ':' .. entry_id, lease, task)
+  local ok, answer = pcall(take_claim, key, legacy, token_prefix .. ':' .. entry_id, lease, task,
+    done_prefix, mirror)
   if not ok then return 2, 0 end
   return answer[1], answer[2]
 end

@@ -2,13 +2,16 @@
 -- take of it is still the current one.
 -- KEYS: [1] inflight, [2] payloads, [3] ranks, [4] deliveries, [5] owners, [6] delayed,
 --       [7] the dead-letter stream, [8] the queue's wake stream, [9] the job's marker,
---       [10] the job's claim (optional), [11] the claim's 0.1 name (optional, with [10])
+--       [10] the job's claim (optional), [11] the claim's 0.1 name (optional, with
+--       [10]; only with App(legacy_markers=True))
 -- ARGV: [1] job id, [2] owner token of this take, [3] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [4] claim token ('' when none), [5] claim action: 'done' | 'release' | 'keep',
 --       [6] done marker TTL ms, [7] the done marker for the 0.1 name ('' when none),
---       [8] retry: next attempt (encoded job), [9] retry: delay ms, [10] retry: boost (us of
---       head start for its level), [11] dead letters kept at most (0: no limit), [12] their
---       max age ms (0: no limit), [13..] dead: field/value pairs
+--       [8] the done-marker buckets' prefix, [9] strings ('1': also the string marker
+--       'd:<token>' under the claim key, App(legacy_markers=True)), [10] retry: next attempt
+--       (encoded job), [11] retry: delay ms, [12] retry: boost (us of head start for its
+--       level), [13] dead letters kept at most (0: no limit), [14] their max age ms (0: no
+--       limit), [15..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL marker;
 --          retry: payload and rank replaced, ZADD delayed at the server's clock + delay,
@@ -30,18 +33,19 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   redis.call('HDEL', KEYS[4], id)
   if kind == 'retry' then
     local now = now_us()
-    local delay = tonumber(ARGV[9])
-    redis.call('HSET', KEYS[2], id, ARGV[8])
+    local delay = tonumber(ARGV[11])
+    redis.call('HSET', KEYS[2], id, ARGV[10])
     redis.call('HSET', KEYS[3], id,
-      string.format('%.0f', now + delay * 1000 - tonumber(ARGV[10])))
+      string.format('%.0f', now + delay * 1000 - tonumber(ARGV[12])))
     redis.call('ZADD', KEYS[6], string.format('%.0f', math.floor(now / 1000) + delay), id)
-    redis.call('XADD', KEYS[8], 'MAXLEN', '16', '*', 'due', ARGV[9])
+    redis.call('XADD', KEYS[8], 'MAXLEN', '16', '*', 'due', ARGV[11])
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[11], ARGV[12], 13) end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 15) end
     redis.call('DEL', KEYS[9])
   end
 end
-local claimed = settle_claim(KEYS[10], KEYS[11], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+local claimed = settle_claim(KEYS[10], KEYS[11], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+  ARGV[9])
 return {owned, claimed}

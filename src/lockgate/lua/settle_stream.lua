@@ -1,13 +1,15 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
 --       dead-letter stream, [5] the namespace's wake stream, [6] the job's claim (optional),
---       [7] the claim's 0.1 name (optional, with [6])
+--       [7] the claim's 0.1 name (optional, with [6]; only with App(legacy_markers=True))
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
 --       [7] done marker TTL ms, [8] the done marker for the 0.1 name ('' when none),
---       [9] retry: next attempt (encoded job), [10] retry: delay ms, [11] dead letters kept
---       at most (0: no limit), [12] dead letters' max age ms (0: no limit), [13..] dead:
---       the dead letter's field/value pairs
+--       [9] the done-marker buckets' prefix, [10] strings ('1': also the string marker
+--       'd:<token>' under the claim key, App(legacy_markers=True)), [11] retry: next
+--       attempt (encoded job), [12] retry: delay ms, [13] dead letters kept at most (0: no
+--       limit), [14] dead letters' max age ms (0: no limit), [15..] dead: the dead
+--       letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
 --          entry; done: DEL marker; retry: ZADD delayed (due at the server's clock + delay)
 --          and XADD wake (idle workers re-read their next due time); dead: XADD dead (with
@@ -15,8 +17,8 @@
 --          one was paused or cut off past the visibility timeout) is not touched: a zombie's
 --          settle cannot free a job that someone else is running.
 --          'abandoned' (a run cut short) touches no entry, only the claim.
---          The claim, whatever the entry's owner: see _settle_claim.lua (done marker,
---          also under the 0.1 name; release; keep).
+--          The claim, whatever the entry's owner: see _settle_claim.lua (done marker in
+--          its bucket, and the older forms with legacy_markers; release; keep).
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
 -- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
@@ -34,12 +36,13 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   if kind == 'retry' then
-    redis.call('ZADD', delayed, string.format('%.0f', now_ms() + tonumber(ARGV[10])), ARGV[9])
-    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[10])
+    redis.call('ZADD', delayed, string.format('%.0f', now_ms() + tonumber(ARGV[12])), ARGV[11])
+    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
-    if kind == 'dead' then add_dead_letter(dead, ARGV[11], ARGV[12], 13) end
+    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 15) end
     redis.call('DEL', marker)
   end
 end
-local claimed = settle_claim(KEYS[6], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+local claimed = settle_claim(KEYS[6], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+  ARGV[10])
 return {owned, claimed}
