@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import socket
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -98,6 +99,9 @@ class ReadClaim:
     wait: float = 0.0
 
 
+NOT_CLAIMED = 2  # the read scripts' claim state for a job they did not claim
+
+
 @dataclass(frozen=True, slots=True)
 class ReadClaims:
     """Which jobs a worker's reads claim as they read them.
@@ -125,6 +129,14 @@ class ReadClaims:
             self.prefix, token, lease_ms, self.done_prefix, int(self.legacy_markers),
             *sorted(self.tasks),
         ]  # fmt: skip
+
+
+def read_claim_args(claims: ReadClaims | None) -> tuple[str, list[Arg]]:
+    """A fresh token prefix for one read, and the read script's claim arguments."""
+    if claims is None:
+        return "", [""]
+    token = uuid.uuid4().hex[:16]
+    return token, claims.args(token)
 
 
 @dataclass(frozen=True, slots=True)

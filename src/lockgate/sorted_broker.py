@@ -22,13 +22,17 @@ from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
 from lockgate.broker import (
+    NOT_CLAIMED,
     Delivery,
     EnqueuePlan,
     Outgoing,
+    ReadClaim,
+    ReadClaims,
     ReadResult,
     Settlement,
     batches,
     by_source,
+    read_claim_args,
     text,
     translated,
     translated_replies,
@@ -90,8 +94,10 @@ class SortedConsumer:
         lease_seconds: float,
         producer: SortedProducer,
         consumer: str,
+        claims: ReadClaims | None = None,
     ) -> None:
         self._client = client
+        self._claims = claims
         self._scripts = AsyncScripts(client)
         self._url = url
         self._keys = keys
@@ -115,13 +121,15 @@ class SortedConsumer:
         # puts expired leases back, except these (a long list, read for every take).
         mine = running if time.monotonic() >= self._expiries_from else ()
         earliest: float | None = None
+        token, claim_args = read_claim_args(self._claims)
         for queue in queues:
             q = self._keys.sorted_keys(queue)
             call = ScriptCall(
                 "take_sorted",
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
                  q.owners, q.wake],
-                [free - len(result.deliveries), self._lease_ms, self._consumer, *mine],
+                [free - len(result.deliveries), self._lease_ms, self._consumer, len(mine),
+                 *mine, *claim_args],
             )  # fmt: skip
             with translated(self._url):
                 taken, _returned, next_ms, wake_id = await self._scripts.run(call)
@@ -130,10 +138,13 @@ class SortedConsumer:
                 due = next_ms / 1000
                 result.next_due = due if result.next_due is None else min(result.next_due, due)
                 earliest = due if earliest is None else min(earliest, due)
-            for i in range(0, len(taken), 4):
+            for i in range(0, len(taken), 6):
                 delivery = self._delivery(queue, text(taken[i]), taken[i + 1])
                 delivery.deliveries = int(taken[i + 2])
                 delivery.owner = text(taken[i + 3])
+                if taken[i + 4] != NOT_CLAIMED:
+                    claim_token = f"{token}:{delivery.ref}"
+                    delivery.claim = ReadClaim(claim_token, taken[i + 4], taken[i + 5] / 1000)
                 result.deliveries.append(delivery)
                 result.taken[delivery.level] += 1
         # next_ms counts this take's own leases too; none: nothing is in flight or delayed.

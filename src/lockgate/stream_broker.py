@@ -9,7 +9,6 @@ read saw, so a job that arrives while it waits wakes it at once and none is miss
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
 from lockgate.broker import (
+    NOT_CLAIMED,
     Delivery,
     EnqueuePlan,
     Outgoing,
@@ -27,6 +27,7 @@ from lockgate.broker import (
     Settlement,
     batches,
     by_source,
+    read_claim_args,
     text,
     translated,
     translated_replies,
@@ -38,7 +39,6 @@ from lockgate.keys import GROUP, Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 
 JOB_FIELD = b"job"
-NOT_CLAIMED = 2  # read_stream.lua's claim state for an entry it did not claim
 
 
 class StreamProducer:
@@ -130,19 +130,13 @@ class StreamConsumer:
         job, error, job_id, raw = decode_entry(fields)
         return Delivery(queue, level, stream, text(entry_id), job, error, job_id, raw)
 
-    def _claim_args(self) -> tuple[str, list[Arg]]:
-        if self._claims is None:
-            return "", [""]
-        token = uuid.uuid4().hex[:16]
-        return token, self._claims.args(token)
-
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
         layout = self._layout()
         streams = [stream for stream, _, _ in layout]
         delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]
-        token, claim_args = self._claim_args()
+        token, claim_args = read_claim_args(self._claims)
         args: list[Arg] = [GROUP, self._consumer, free, len(quotas), *quotas]
         args += [index + 1 for _, _, index in layout]
         args += claim_args

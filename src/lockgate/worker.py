@@ -172,14 +172,7 @@ class Worker:
             raise self._fatal
 
     def _make_consumer(self, client: Any) -> Consumer:
-        if self.app.backend == "sorted":
-            assert isinstance(self.app.producer, SortedProducer)
-            return SortedConsumer(
-                client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
-                queues=self.queues, lease_seconds=self.config.visibility_seconds,
-                producer=self.app.producer, consumer=self.name,
-            )  # fmt: skip
-        # Jobs of idempotent tasks are claimed by the read that delivers them.
+        # Jobs of idempotent tasks are claimed by the read that hands them out.
         claims = ReadClaims(
             self.app.keys.claim(""),
             frozenset(name for name, task in self.app.tasks.items() if task.idempotent),
@@ -187,6 +180,13 @@ class Worker:
             self.app.keys.done_bucket_prefix,
             self.app.legacy_markers,
         )
+        if self.app.backend == "sorted":
+            assert isinstance(self.app.producer, SortedProducer)
+            return SortedConsumer(
+                client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
+                queues=self.queues, lease_seconds=self.config.visibility_seconds,
+                producer=self.app.producer, consumer=self.name, claims=claims,
+            )  # fmt: skip
         return StreamConsumer(
             client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
             queues=self.queues, consumer=self.name, claims=claims,

@@ -391,7 +391,7 @@ class SortedJob:
             self.scripts,
             "take_sorted",
             [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
-            [1, lease_ms, consumer],
+            [1, lease_ms, consumer, 0],
         )
         assert taken[0] == b"a", taken
         return bytes(taken[3])
@@ -561,7 +561,7 @@ def test_a_settle_after_the_lease_lapsed_and_the_job_went_back_changes_nothing(
         scripts,
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
-        [0, LEASE_MS, "w2"],
+        [0, LEASE_MS, "w2", 0],
     )
     before = sorted_job.state()
     assert before["waiting"] is not None

@@ -37,6 +37,9 @@ def enqueue(
     return run(scripts, "enqueue_sorted", script_keys, args)
 
 
+NOT_CLAIMED = 2  # take_sorted's claim state for a job it did not claim
+
+
 class Taken(NamedTuple):
     job_id: bytes
     payload: bytes | None
@@ -69,9 +72,10 @@ def take(
         scripts,
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
-        [limit, lease_ms, consumer, *running],
+        [limit, lease_ms, consumer, len(running), *running],
     )
-    taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+    taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 6)]
+    assert all(state == NOT_CLAIMED for state in flat[4::6])  # no idempotent task named
     return Take(taken, returned, next_ms, wake_id)
 
 

@@ -2,10 +2,8 @@
 -- KEYS: the n streams to serve, highest level first, then their n delayed sets, same order,
 --       then the namespace's wake stream (XADDed when a delayed job or retry is scheduled)
 -- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
---       level index (1-based) of each stream (n values), then the job claims to take:
---       the claim keys' prefix ('' to take none), a token prefix unique to this read, the
---       lease in ms, the done-marker buckets' prefix, mirror ('1': also claim the 0.1
---       name, App(legacy_markers=True)), and the names of the idempotent tasks (the rest)
+--       level index (1-based) of each stream (n values), then the job claims to take (see
+--       _read_claim.lua)
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
 --          decides; atomic, so any number of workers may do it at once; under maxmemory
 --          the move is skipped, the jobs stay delayed, and the read goes on: draining
@@ -14,13 +12,8 @@
 --          worker started are delivered); XINFO when nothing was read.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
--- Claims: an entry of an idempotent task is claimed as it is read (see _take_claim.lua),
---          with the token '<token prefix>:<entry id>', under the claim key
---          '<prefix>job:<task>:<job id>' (its done marker in the bucket named from its
---          digest, see _done_marker.lua) and the 0.1 name '<prefix>job:<job id>'; the names
---          come from the start of the encoded job ({"id":...,"task":...}), else from
---          decoding it. An entry whose names cannot be read, or whose claim a full memory
---          refused, is returned unclaimed: its worker claims it alone.
+-- Claims: an entry of an idempotent task is claimed as it is read, with the token
+--          '<token prefix>:<entry id>' (see _read_claim.lua).
 -- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
 --          than asked; entries = flat {key index, entry id, fields, claim, ms} quintuples,
 --          claim being 1 claimed, 0 already done, -1 busy (ms left on the holder's lease),
@@ -30,7 +23,7 @@
 --          ms until the next delayed job is due, -1 when none.
 --#include _clock
 --#include _last_id
---#include _take_claim
+--#include _read_claim
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
@@ -38,39 +31,14 @@ local n = (#KEYS - 1) / 2
 local wake = KEYS[#KEYS]
 local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
-local claims = 4 + nlevels + n
-local claim_prefix, token_prefix, lease = ARGV[claims + 1] or '', ARGV[claims + 2], ARGV[claims + 3]
-local done_prefix, mirror = ARGV[claims + 4], ARGV[claims + 5]
-local idempotent = {}
-for i = claims + 6, #ARGV do idempotent[ARGV[i]] = true end
+local claims = read_claims(4 + nlevels + n + 1)
 
--- The job id and task name of an entry's encoded job, or nil.
-local function names(fields)
+local function claim(entry_id, fields)
   local payload
   for i = 1, #fields, 2 do
     if fields[i] == 'job' then payload = fields[i + 1] break end
   end
-  if not payload then return nil end
-  local id, task = string.match(payload, '^{"id":"(.-)","task":"(.-)",')
-  if id and not string.find(id, '\\', 1, true) and not string.find(task, '\\', 1, true) then
-    return id, task
-  end
-  local ok, job = pcall(cjson.decode, payload)  -- escapes in a name: decode the whole job
-  if ok and type(job) == 'table' and type(job.id) == 'string' and type(job.task) == 'string' then
-    return job.id, job.task
-  end
-  return nil
-end
-
-local function claim(entry_id, fields)
-  if claim_prefix == '' then return 2, 0 end
-  local id, task = names(fields)
-  if not id or not idempotent[task] then return 2, 0 end
-  local key, legacy = claim_prefix .. 'job:' .. task .. ':' .. id, claim_prefix .. 'job:' .. id
-  local ok, answer = pcall(take_claim, key, legacy, token_prefix .. ':' .. entry_id, lease, task,
-    done_prefix, mirror)
-  if not ok then return 2, 0 end
-  return answer[1], answer[2]
+  return claim_job(claims, entry_id, payload)
 end
 
 local now = now_ms()

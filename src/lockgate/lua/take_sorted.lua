@@ -1,8 +1,9 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
 -- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream)
--- ARGV: limit (free slots), lease in ms, consumer name, then the job ids this worker still
+-- ARGV: limit (free slots), lease in ms, consumer name, m, then m job ids this worker still
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
---       expired leases are left for the worker's next heartbeat, never handed out again
+--       expired leases are left for the worker's next heartbeat, never handed out again;
+--       then the job claims to take (see _read_claim.lua)
 -- Touches: moves due delayed jobs to waiting, and jobs whose lease expired (a dead
 --          worker's) from inflight back to waiting, both at their stored rank; then moves
 --          up to limit jobs from waiting to inflight, scored by their lease deadline, counts
@@ -10,17 +11,23 @@
 --          server time) in owners: only that take may settle or extend the job. Nothing is
 --          popped without a home: unlike ZPOPMAX alone, a worker that dies after taking a
 --          job loses nothing.
+--          A job of an idempotent task is claimed as it is taken, with the token
+--          '<token prefix>:<job id>' (see _read_claim.lua).
 -- Returns: {taken, returned, next_ms, wake_id}: taken = flat {job id, payload or false,
---          deliveries, owner token}; returned = expired leases put back; next_ms = ms until
+--          deliveries, owner token, claim, ms} (claim: 1 claimed, 0 already done, -1 busy
+--          with ms left on the holder's lease, 2 not claimed here); returned = expired leases put back; next_ms = ms until
 --          the earliest lease ends or delayed job is due (-1 when none); wake_id = the wake
 --          stream's last id ('0-0' when it does not exist), to block on from there.
 --#include _clock
 --#include _last_id
+--#include _read_claim
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local mine = {}
-for i = 4, #ARGV do mine[ARGV[i]] = true end
+local m = tonumber(ARGV[4])
+for i = 5, 4 + m do mine[ARGV[i]] = true end
+local claims = read_claims(5 + m)
 local function requeue(from, ids)
   for _, id in ipairs(ids) do
     if not (from == KEYS[2] and mine[id]) then
@@ -43,10 +50,14 @@ for _ = 1, limit do
   local count = redis.call('HINCRBY', KEYS[6], id, 1)
   local owner = consumer .. ':' .. count .. ':' .. string.format('%.0f', stamp)
   redis.call('HSET', KEYS[7], id, owner)
+  local payload = redis.call('HGET', KEYS[3], id)
+  local state, ms = claim_job(claims, id, payload)
   taken[#taken + 1] = id
-  taken[#taken + 1] = redis.call('HGET', KEYS[3], id)
+  taken[#taken + 1] = payload
   taken[#taken + 1] = count
   taken[#taken + 1] = owner
+  taken[#taken + 1] = state
+  taken[#taken + 1] = ms
 end
 local next_ms = -1
 for _, key in ipairs({KEYS[2], KEYS[5]}) do

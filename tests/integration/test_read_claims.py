@@ -1,0 +1,79 @@
+"""Reads claim the jobs of idempotent tasks as they hand them out (no claim round trip).
+
+Both backends' read scripts, through the real consumers: a job of an idempotent task is
+claimed with the read's token, one already done or held by another worker says so, a job
+of a plain task is not claimed, and a job id with escapes in its JSON is claimed under the
+same key the worker would use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from lockgate import App
+from lockgate.broker import ReadClaims, async_client
+from lockgate.idempotency import Claim
+from lockgate.keys import Keys
+from lockgate.sorted_broker import SortedConsumer, SortedProducer
+from lockgate.stream_broker import StreamConsumer
+
+LEVELS = {"critical": 10, "normal": 5, "low": 1}
+ESCAPED = 'pay "A\\1" \u00e9'  # a quote, a backslash and a non-ASCII letter
+
+
+def consumer_for(app: App, client: Any) -> StreamConsumer | SortedConsumer:
+    claims = ReadClaims(
+        app.keys.claim(""), frozenset({"charge"}), 30.0, app.keys.done_bucket_prefix
+    )
+    common: dict[str, Any] = {
+        "url": app.redis_url, "keys": app.keys, "levels": app.levels, "queues": ["default"],
+        "consumer": "reader", "claims": claims,
+    }  # fmt: skip
+    if app.backend == "sorted":
+        assert isinstance(app.producer, SortedProducer)
+        return SortedConsumer(client, lease_seconds=30.0, producer=app.producer, **common)
+    return StreamConsumer(client, **common)
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_a_read_claims_idempotent_jobs_and_reports_done_and_busy_ones(
+    make_app: Callable[..., App], rclient: redis.Redis, backend: str
+) -> None:
+    app = make_app(levels=LEVELS, backend=backend)
+
+    @app.task(idempotent=True)
+    def charge() -> None: ...
+
+    @app.task()
+    def plain() -> None: ...
+
+    for job_id in ("fresh", "done", "busy", ESCAPED):
+        charge.enqueue(job_id=job_id)
+    plain.enqueue(job_id="plain")
+    with Claim(app, Keys.job_claim_name("charge", "done")):
+        pass  # its done marker, as a finished run leaves it
+    busy_key = app.keys.claim(Keys.job_claim_name("charge", "busy"))
+    rclient.set(busy_key, "c:another-worker", px=20_000)
+
+    client = async_client(app.redis_url)
+    try:
+        result = await consumer_for(app, client).read(10, [10, 0, 0])
+    finally:
+        await client.aclose()
+    by_id = {d.job_id: d for d in result.deliveries}
+    assert set(by_id) == {"fresh", "done", "busy", ESCAPED, "plain"}
+    assert by_id["plain"].claim is None
+    done, busy = by_id["done"].claim, by_id["busy"].claim
+    assert done is not None and done.state == 0
+    assert busy is not None and busy.state == -1 and 10 < busy.wait <= 20
+    for job_id in ("fresh", ESCAPED):
+        claim = by_id[job_id].claim
+        assert claim is not None and claim.state == 1
+        key = app.keys.claim(Keys.job_claim_name("charge", job_id))
+        assert rclient.get(key) == f"c:{claim.token}".encode()
+        assert 0 < rclient.pttl(key) <= 30_000
+        assert claim.token.endswith(f":{by_id[job_id].ref}")
