@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 GROUP = "lockgate"
 # A done marker is a member of one of 4,096 sorted sets (buckets) per namespace, not a key
@@ -26,7 +27,7 @@ class Keys:
 
     namespace: str
 
-    @property
+    @cached_property
     def prefix(self) -> str:
         """Common prefix; the braces make the namespace the Cluster hash tag."""
         return f"lockgate:{{{self.namespace}}}"
@@ -47,7 +48,7 @@ class Keys:
         the way lockgate 0.1 and 0.2 wrote them (``d:<token>``, still honoured)."""
         return f"{self.prefix}:idem:{key}"
 
-    @property
+    @cached_property
     def done_bucket_prefix(self) -> str:
         """The prefix of the done-marker buckets: sorted sets of claim-key digests scored
         by expiry (seconds); the scripts append each bucket's hex digits."""
