@@ -108,14 +108,14 @@ class ReadClaims:
 
     Attributes:
         prefix: the claim keys' prefix (``Keys.claim("")``).
-        tasks: the names of the idempotent tasks.
+        tasks: the names of the idempotent tasks (sorted: the same arguments every read).
         lease: the claims' lease in seconds.
         done_prefix: the done-marker buckets' prefix (``Keys.done_bucket_prefix``).
         legacy_markers: also claim the jobs' 0.1 names (``App(legacy_markers=True)``).
     """
 
     prefix: str
-    tasks: frozenset[str]
+    tasks: tuple[str, ...]
     lease: float
     done_prefix: str
     legacy_markers: bool = False
@@ -127,7 +127,7 @@ class ReadClaims:
         lease_ms = max(1, round(self.lease * 1000))
         return [
             self.prefix, token, lease_ms, self.done_prefix, int(self.legacy_markers),
-            *sorted(self.tasks),
+            *self.tasks,
         ]  # fmt: skip
 
 

@@ -164,10 +164,13 @@ class JobRunner:
 
     async def run(self, delivery: Delivery) -> Ending:
         """Run a delivery; the ending says how to settle it."""
-        ending = await self._run(delivery)
-        read_claim = delivery.claim
+        return self.with_read_claim(await self._run(delivery))
+
+    def with_read_claim(self, ending: Ending) -> Ending:
+        """The ending, holding the job claim its read took when the run did not get as far
+        as using it (a wrong argument, a job delivered too often): settling lets it go."""
+        delivery, read_claim = ending.delivery, ending.delivery.claim
         if ending.claim is None and read_claim is not None and read_claim.state == 1:
-            # The read claimed a job that did not get as far as running: let it go.
             job = delivery.job
             task = self.app.tasks.get(job.task) if job is not None else None
             if job is not None and task is not None:

@@ -175,7 +175,7 @@ class Worker:
         # Jobs of idempotent tasks are claimed by the read that hands them out.
         claims = ReadClaims(
             self.app.keys.claim(""),
-            frozenset(name for name, task in self.app.tasks.items() if task.idempotent),
+            tuple(sorted(name for name, task in self.app.tasks.items() if task.idempotent)),
             self.config.claim_lease_seconds,
             self.app.keys.done_bucket_prefix,
             self.app.legacy_markers,
@@ -314,7 +314,7 @@ class Worker:
         limit = DELIVERY_FACTOR * self.config.max_deliveries
         if delivery.deliveries > limit:
             reason = f"delivered {delivery.deliveries} times (max {limit})"
-            ending = Ending(delivery, dead(reason))
+            ending = self._runner.with_read_claim(Ending(delivery, dead(reason)))
         else:
             try:
                 ending = await self._runner.run(delivery)

@@ -8,6 +8,7 @@ same key the worker would use.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -16,19 +17,20 @@ import redis
 
 from lockgate import App
 from lockgate.broker import ReadClaims, async_client
+from lockgate.config import WorkerConfig
+from lockgate.deadletter import list_dead
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
 from lockgate.sorted_broker import SortedConsumer, SortedProducer
 from lockgate.stream_broker import StreamConsumer
+from lockgate.worker import Worker
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}
 ESCAPED = 'pay "A\\1" \u00e9'  # a quote, a backslash and a non-ASCII letter
 
 
 def consumer_for(app: App, client: Any) -> StreamConsumer | SortedConsumer:
-    claims = ReadClaims(
-        app.keys.claim(""), frozenset({"charge"}), 30.0, app.keys.done_bucket_prefix
-    )
+    claims = ReadClaims(app.keys.claim(""), ("charge",), 30.0, app.keys.done_bucket_prefix)
     common: dict[str, Any] = {
         "url": app.redis_url, "keys": app.keys, "levels": app.levels, "queues": ["default"],
         "consumer": "reader", "claims": claims,
@@ -77,3 +79,24 @@ async def test_a_read_claims_idempotent_jobs_and_reports_done_and_busy_ones(
         assert rclient.get(key) == f"c:{claim.token}".encode()
         assert 0 < rclient.pttl(key) <= 30_000
         assert claim.token.endswith(f":{by_id[job_id].ref}")
+
+
+async def test_a_read_claim_is_let_go_when_the_job_is_dead_lettered_unrun(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """A sorted job taken once too often is dead-lettered without running: the claim its
+    take made goes with it, instead of blocking a replay for the lease."""
+    app = make_app(levels=LEVELS, backend="sorted")
+    ran: list[str] = []
+
+    @app.task(idempotent=True)
+    def charge() -> None:
+        ran.append("charge")
+
+    charge.enqueue(job_id="worn")
+    rclient.hset(app.keys.sorted_keys("default").deliveries, "worn", 1_000)
+    worker = Worker(app, WorkerConfig(concurrency=2, idle_wait=1.0))
+    await asyncio.wait_for(worker.run(burst=True), 60)
+    assert ran == []
+    assert [d.job_id for d in list_dead(app)] == ["worn"]
+    assert not rclient.exists(app.keys.claim(Keys.job_claim_name("charge", "worn")))
