@@ -4,9 +4,10 @@ server that lost its scripts (SCRIPT FLUSH, a restart) running each call exactly
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
@@ -33,82 +34,63 @@ def incr_once(request: str) -> ScriptCall:
     return ScriptCall("incr_once", [KEYS.request("n", request), KEYS.counter("n")], [60_000, 1])
 
 
-async def counting_client(server: PrivateRedis) -> aioredis.Redis:
+class Counted(NamedTuple):
+    server: PrivateRedis
+    scripts: AsyncScripts
+
+
+@pytest.fixture
+async def counted(private_redis: Callable[..., PrivateRedis]) -> AsyncIterator[Counted]:
+    """A private server, and lockgate's scripts on a client that counts its round trips."""
+    server = private_redis()
     client = aioredis.Redis.from_url(server.url, connection_class=CountingConnection)
     await client.ping()
-    return client
+    yield Counted(server, AsyncScripts(client))
+    await client.aclose()
 
 
-async def test_a_pipeline_of_scripts_is_one_round_trip(
-    private_redis: Callable[..., PrivateRedis],
-) -> None:
-    server = private_redis()
-    client = await counting_client(server)
-    try:
-        scripts = AsyncScripts(client)
-        await scripts.run_each([incr_once("warm")])  # loads the script
-        before = CountingConnection.sent
-        replies = await scripts.run_each([incr_once(f"r{i}") for i in range(10)])
-        assert CountingConnection.sent - before == 1  # no SCRIPT EXISTS before it
-        assert [int(r[1]) for r in replies] == list(range(2, 12))
-    finally:
-        await client.aclose()
+async def test_a_pipeline_of_scripts_is_one_round_trip(counted: Counted) -> None:
+    scripts = counted.scripts
+    await scripts.run_each([incr_once("warm")])  # loads the script
+    before = CountingConnection.sent
+    replies = await scripts.run_each([incr_once(f"r{i}") for i in range(10)])
+    assert CountingConnection.sent - before == 1  # no SCRIPT EXISTS before it
+    assert [int(r[1]) for r in replies] == list(range(2, 12))
 
 
-async def test_calls_made_in_one_loop_turn_share_one_round_trip(
-    private_redis: Callable[..., PrivateRedis],
-) -> None:
-    server = private_redis()
-    client = await counting_client(server)
-    try:
-        scripts = AsyncScripts(client)
-        await scripts.run_soon(incr_once("warm"))
-        before = CountingConnection.sent
-        replies = await asyncio.gather(*(scripts.run_soon(incr_once(f"r{i}")) for i in range(20)))
-        assert CountingConnection.sent - before == 1
-        assert sorted(int(r[1]) for r in replies) == list(range(2, 22))
-        again = await asyncio.gather(*(scripts.run_soon(incr_once(f"r{i}")) for i in range(3)))
-        assert [int(r[0]) for r in again] == [0, 0, 0]  # each reply is its own call's
-    finally:
-        await client.aclose()
+async def test_calls_made_in_one_loop_turn_share_one_round_trip(counted: Counted) -> None:
+    scripts = counted.scripts
+    await scripts.run_soon(incr_once("warm"))
+    before = CountingConnection.sent
+    replies = await asyncio.gather(*(scripts.run_soon(incr_once(f"r{i}")) for i in range(20)))
+    assert CountingConnection.sent - before == 1
+    assert sorted(int(r[1]) for r in replies) == list(range(2, 22))
+    again = await asyncio.gather(*(scripts.run_soon(incr_once(f"r{i}")) for i in range(3)))
+    assert [int(r[0]) for r in again] == [0, 0, 0]  # each reply is its own call's
 
 
-async def test_a_call_error_reaches_its_caller_only(
-    private_redis: Callable[..., PrivateRedis],
-) -> None:
-    server = private_redis()
-    client = await counting_client(server)
-    try:
-        scripts = AsyncScripts(client)
-        server.client.set(KEYS.counter("n"), "not a number")
-        good = ScriptCall("incr_once", [KEYS.request("m", "1"), KEYS.counter("m")], [60_000, 1])
-        results = await asyncio.gather(
-            scripts.run_soon(incr_once("bad")), scripts.run_soon(good), return_exceptions=True
-        )
-        assert isinstance(results[0], redis.ResponseError)
-        assert list(results[1]) == [1, 1]
-    finally:
-        await client.aclose()
+async def test_a_call_error_reaches_its_caller_only(counted: Counted) -> None:
+    server, scripts = counted
+    server.client.set(KEYS.counter("n"), "not a number")
+    good = ScriptCall("incr_once", [KEYS.request("m", "1"), KEYS.counter("m")], [60_000, 1])
+    results = await asyncio.gather(
+        scripts.run_soon(incr_once("bad")), scripts.run_soon(good), return_exceptions=True
+    )
+    assert isinstance(results[0], redis.ResponseError)
+    assert list(results[1]) == [1, 1]
 
 
-async def test_after_script_flush_every_call_runs_once(
-    private_redis: Callable[..., PrivateRedis],
-) -> None:
-    server = private_redis()
-    client = await counting_client(server)
-    try:
-        scripts = AsyncScripts(client)
-        await scripts.run_each([incr_once("warm")])
-        server.client.script_flush()
-        replies = await scripts.run_each([incr_once(f"a{i}") for i in range(5)])
-        assert [int(r[1]) for r in replies] == [2, 3, 4, 5, 6]
-        server.client.script_flush()
-        assert int((await scripts.run(incr_once("b")))[1]) == 7
-        server.client.script_flush()
-        sync = SyncScripts(server.client)
-        assert [int(r[1]) for r in sync.run_each([incr_once("c1"), incr_once("c2")])] == [8, 9]
-        server.client.script_flush()
-        assert int(sync.run(incr_once("d"))[1]) == 10
-        assert int(server.client.get(KEYS.counter("n")) or 0) == 10
-    finally:
-        await client.aclose()
+async def test_after_script_flush_every_call_runs_once(counted: Counted) -> None:
+    server, scripts = counted
+    await scripts.run_each([incr_once("warm")])
+    server.client.script_flush()
+    replies = await scripts.run_each([incr_once(f"a{i}") for i in range(5)])
+    assert [int(r[1]) for r in replies] == [2, 3, 4, 5, 6]
+    server.client.script_flush()
+    assert int((await scripts.run(incr_once("b")))[1]) == 7
+    server.client.script_flush()
+    sync = SyncScripts(server.client)
+    assert [int(r[1]) for r in sync.run_each([incr_once("c1"), incr_once("c2")])] == [8, 9]
+    server.client.script_flush()
+    assert int(sync.run(incr_once("d"))[1]) == 10
+    assert int(server.client.get(KEYS.counter("n")) or 0) == 10
