@@ -80,6 +80,7 @@ def _use_url(app: App, url: str | None) -> None:
 
 
 @click.group()
+@click.version_option(package_name="lockgate", prog_name="lockgate")
 @click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
 def main(log_level: str) -> None:
     """lockgate: background jobs on Redis Streams with priorities and idempotency."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -276,3 +277,9 @@ def test_the_real_command_reports_a_missing_dead_letter_with_exit_2(
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert done.stderr.strip() == "error: no dead letter with id '0-1'"
+
+
+def test_version_prints_the_installed_release() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"lockgate, version {importlib.metadata.version('lockgate')}"
