@@ -81,7 +81,7 @@ def _evalsha(target: Any, call: ScriptCall) -> Any:
     )
 
 
-def _missing(calls: Sequence[ScriptCall], replies: Sequence[Any]) -> list[int]:
+def _missing(replies: Sequence[Any]) -> list[int]:
     """Positions of the calls whose script the server did not have (nothing ran there)."""
     return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
@@ -135,7 +135,7 @@ class AsyncScripts:
         A lost connection still raises: then nothing, or only part, was applied.
         """
         replies = await self._pipeline(calls)
-        missing = _missing(calls, replies)
+        missing = _missing(replies)
         if missing:
             for name in {calls[i].script for i in missing}:
                 await self._client.script_load(source(name))
@@ -215,7 +215,7 @@ class SyncScripts:
     def run_each(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Sync :meth:`AsyncScripts.run_each`."""
         replies = self._pipeline(calls)
-        missing = _missing(calls, replies)
+        missing = _missing(replies)
         if missing:
             for name in {calls[i].script for i in missing}:
                 self._client.script_load(source(name))
