@@ -114,6 +114,8 @@ url_option = click.option(
 @url_option
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes, under a supervisor that restarts them.")  # fmt: skip
+@click.option("--burst", is_flag=True,
+              help="Exit 0 once nothing is queued, delayed or running.")  # fmt: skip
 def worker(
     app_spec: str,
     policy: str,
@@ -126,8 +128,12 @@ def worker(
     embedded: bool,
     url: str | None,
     processes: int,
+    burst: bool,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
+    if burst and processes > 1:
+        # A supervisor restarts a child that exits; one that is done would be restarted.
+        raise click.UsageError("--burst runs one worker process: leave out --processes")
     if processes > 1:
         _supervise(app_spec, processes, embedded=embedded, url=url)
         return
@@ -155,7 +161,7 @@ def worker(
         # pause the event loop 11-16 ms at a time, and a critical job waited behind that.
         gc.collect()
         gc.freeze()
-        run_async(running.run(install_signal_handlers=True))
+        run_async(running.run(install_signal_handlers=True, burst=burst))
         if running.busy_threads:
             # Sync runs or child processes still going (a forced stop, a run past its
             # timeout) would hold the process open: the interpreter joins its pool's

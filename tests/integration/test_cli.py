@@ -283,3 +283,25 @@ def test_version_prints_the_installed_release() -> None:
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"lockgate, version {importlib.metadata.version('lockgate')}"
+
+
+def test_a_burst_worker_runs_what_is_queued_and_exits_0(
+    cli: ModuleType, redis_url: str, namespace: str, rclient: redis.Redis
+) -> None:
+    rclient.set(cli.record_key("fixed"), 1)
+    for order in ("B1", "B2", "B3"):
+        cli.charge.enqueue(order, job_id=f"charge-{order}")
+    env = dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
+    done = subprocess.run(
+        [sys.executable, "-m", "lockgate", "worker", SPEC, "--burst"],
+        cwd=HERE, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    charged = sorted(v.decode() for v in rclient.lrange(cli.record_key("charged"), 0, -1))
+    assert charged == ["charge-B1", "charge-B2", "charge-B3"]
+
+
+def test_burst_with_several_processes_is_a_usage_error(cli: ModuleType) -> None:
+    result = invoke("worker", SPEC, "--burst", "--processes", "2")
+    assert result.exit_code == 2
+    assert "--burst runs one worker process" in result.output
