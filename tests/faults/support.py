@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
 import shutil
 import signal
@@ -27,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conftest import WAIT_TIMEOUT
+from conftest import WAIT_TIMEOUT, wait_until
 from lockgate import App, LockgateError
 from lockgate.inspect import queue_stats
 
@@ -336,18 +335,13 @@ async def wait_serving(
         AssertionError: the worker's run() ended (a crash: it must stay up through every
             fault), or the predicate stayed falsy for ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def while_serving() -> Any:
         if worker_task.done():
             raise AssertionError(f"{stopped(worker_task)} (while waiting for: {message})")
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {message or predicate}")
-        await asyncio.sleep(0.005)
+        return predicate()
+
+    return await wait_until(while_serving, timeout, message or str(predicate))
 
 
 async def hold(worker_task: asyncio.Task[None], seconds: float, what: str) -> None:

@@ -413,6 +413,32 @@ def test_read_under_oom_reads_what_is_queued_and_keeps_due_jobs_delayed(
         assert next_due == -1
 
 
+def test_read_under_oom_still_hands_out_an_idempotent_job(tmp_path: Path) -> None:
+    """The read claims jobs of idempotent tasks as it reads them; a claim that a full
+    memory refuses must not fail the read (draining frees memory): the job comes back
+    unclaimed, or claimed when Redis let the script's writes through."""
+    with private_redis(tmp_path, *TIGHT_MEMORY) as client:
+        scripts, keys = SyncScripts(client), Keys("oom")
+        payload = b'{"id":"pay-1","task":"charge","queue":"q","level":"low"}'
+        (entry_id,) = enqueue(scripts, keys, ("pay-1", "low", payload))
+        for level in LEVELS:
+            client.xgroup_create(keys.stream("q", level), GROUP, id="0", mkstream=True)
+        fill_memory(client, f"{keys.prefix}:junk")
+
+        streams = [keys.stream("q", level) for level in LEVELS]
+        delayed = [keys.delayed("q", level) for level in LEVELS]
+        claims = [keys.claim(""), "tok", 30_000, keys.done_bucket_prefix, 0, "charge"]
+        args = [GROUP, "c1", 8, 3, 1, 1, 1, 1, 2, 3, *claims]
+        _, flat, _, _ = run(scripts, "read_stream", [*streams, *delayed, keys.wake()], args)
+        assert flat[1] == entry_id
+        state = flat[3]
+        claim_key = keys.claim("job:charge:pay-1")
+        assert state in (1, NOT_CLAIMED)
+        assert client.get(claim_key) == (
+            f"c:tok:{entry_id.decode()}".encode() if state == 1 else None
+        )
+
+
 def reclaim(
     scripts: SyncScripts, streams: list[str], consumer: str, min_idle_ms: int
 ) -> tuple[int, str, dict[bytes, bytes], int, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import io
 import logging
 import os
@@ -126,15 +127,18 @@ async def test_work_that_raises_exits_with_the_distinctive_code(
     assert "TypeError: a child's work must return bytes, not str" in err
 
 
+def hang_forever(pid_file: Path) -> bytes:
+    """A child's work that never ends; it writes its pid first."""
+    pid_file.write_text(str(os.getpid()))
+    while True:
+        time.sleep(60)
+
+
 async def test_a_child_over_its_timeout_is_killed_and_reaped(
     executor: ThreadPoolExecutor, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "pid"
-
-    def forever() -> bytes:
-        pid_file.write_text(str(os.getpid()))
-        while True:
-            time.sleep(60)
+    forever = functools.partial(hang_forever, pid_file)
 
     started = time.monotonic()
     ended = await run_in_child(forever, timeout=0.3, executor=executor)
@@ -500,11 +504,7 @@ async def test_an_abandoned_child_still_meets_its_timeout(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pid_file = tmp_path / "pid"
-
-    def forever() -> bytes:
-        pid_file.write_text(str(os.getpid()))
-        while True:
-            time.sleep(60)
+    forever = functools.partial(hang_forever, pid_file)
 
     pool = ThreadPoolExecutor(1)
     try:
