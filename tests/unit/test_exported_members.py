@@ -21,6 +21,7 @@ EXPECTED = [
     "JobContext",
     "LockgateError",
     "Message",
+    "MissingExtra",
     "RetryableError",
     "ScriptError",
     "SerializationError",
