@@ -61,7 +61,7 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 15
+    assert len(errors) == 16
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
@@ -72,3 +72,6 @@ def test_errors_share_one_root() -> None:
     assert issubclass(lockgate.InvalidArguments, TypeError)
     assert issubclass(lockgate.StepDone, lockgate.AlreadyProcessed)
     assert issubclass(lockgate.ClaimBusy, lockgate.RetryableError)
+    # `except ImportError` around an optional feature still catches a missing extra.
+    assert issubclass(lockgate.MissingExtra, lockgate.ConfigError)
+    assert issubclass(lockgate.MissingExtra, ImportError)
