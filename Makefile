@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test install-docs demo test lint docs services bench bench-smoke
+.PHONY: install install-test install-docs demo test lint docs dist-check services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: install-test
 # The docs site; --strict turns every warning (a broken link, a bad docstring) into a failure.
 docs: install-docs
 	$(BIN)/mkdocs build --strict --site-dir build/site
+
+# The sdist and wheel: what they require, and that each installs alone and runs the demo.
+dist-check: install-test
+	$(BIN)/python scripts/check_dist.py
 
 lint: install-test
 	$(BIN)/ruff check .

