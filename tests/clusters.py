@@ -1,0 +1,209 @@
+"""Local Redis Clusters for tests: N primaries with M replicas each, private processes.
+
+Each node is a ``redis-server --cluster-enabled yes`` child on a free port (and its
+cluster bus at port + 10000, so ports are picked below 55536), in its own directory; the
+cluster is created with ``redis-cli --cluster create`` and is ready once every node
+reports ``cluster_state:ok`` and agrees on the slots. Nothing here touches 127.0.0.1:6379.
+
+Run as a script, it starts one and prints its seed URL until interrupted:
+``python tests/clusters.py [--primaries 3] [--replicas 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+START_TIMEOUT = 30.0
+POLL = 0.05
+MAX_PORT = 55_000  # the cluster bus listens at port + 10000
+
+
+def free_cluster_port(taken: set[int]) -> int:
+    """A free port whose bus port (+10000) is free too."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port > MAX_PORT or port in taken or port + 10_000 in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+
+
+@dataclass
+class Node:
+    """One cluster node's process, port and directory."""
+
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self) -> redis.Redis:
+        """A plain (non-cluster) client of this node alone."""
+        return redis.Redis(port=self.port, socket_timeout=5, socket_connect_timeout=2)
+
+    def start(self, binary: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        argv = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.directory), "--daemonize", "no",
+            "--logfile", str(self.directory / "redis.log"),
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def signal(self, signum: signal.Signals) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+            self.process.wait(10)
+
+    def answers(self) -> bool:
+        client = self.client()
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            return False
+        finally:
+            client.close()
+
+    def info_cluster(self) -> dict[str, str]:
+        client = self.client()
+        try:
+            raw = client.execute_command("CLUSTER", "INFO")
+        finally:
+            client.close()
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+
+@dataclass
+class LocalCluster:
+    """A Redis Cluster of private processes.
+
+    Args:
+        primaries: how many primaries (the 16,384 slots are split between them).
+        replicas: replicas per primary.
+        binary: the server binary (``redis-server``, or a ``valkey-server``).
+    """
+
+    primaries: int = 3
+    replicas: int = 1
+    binary: str = "redis-server"
+    nodes: list[Node] = field(default_factory=list)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lockgate-cluster-")))
+
+    @property
+    def seeds(self) -> str:
+        """A ``redis://`` URL listing every node as a seed."""
+        return "redis://" + ",".join(node.address for node in self.nodes)
+
+    def start(self) -> LocalCluster:
+        """Start every node, create the cluster and wait until it serves every slot."""
+        binary = shutil.which(self.binary)
+        if binary is None:
+            raise RuntimeError(f"{self.binary} is not on PATH; cluster tests need it")
+        taken: set[int] = set()
+        for index in range(self.primaries * (1 + self.replicas)):
+            port = free_cluster_port(taken)
+            taken |= {port, port + 10_000}
+            node = Node(port, self.root / f"node-{index}")
+            node.start(binary)
+            self.nodes.append(node)
+        self._wait(lambda: all(node.answers() for node in self.nodes), "nodes answer")
+        cli = shutil.which(self.binary.replace("-server", "-cli")) or "redis-cli"
+        subprocess.run(
+            [cli, "--cluster", "create", *(node.address for node in self.nodes),
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            check=True, capture_output=True, timeout=START_TIMEOUT,
+        )  # fmt: skip
+        self.wait_ok()
+        return self
+
+    def wait_ok(self) -> None:
+        """Wait until every live node says ``cluster_state:ok`` with all slots assigned,
+        and every live replica's link to its primary is up."""
+
+        def ok() -> bool:
+            for node in self.nodes:
+                if node.process is None or node.process.poll() is not None:
+                    continue
+                info = node.info_cluster()
+                if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != "16384":
+                    return False
+                client = node.client()
+                try:
+                    replication = client.info("replication")
+                finally:
+                    client.close()
+                if replication["role"] == "slave" and replication["master_link_status"] != "up":
+                    return False
+            return True
+
+        self._wait(ok, "cluster_state:ok on every node, every replica in sync")
+
+    def close(self) -> None:
+        """SIGKILL every node (a test's cluster keeps nothing) and delete the directory."""
+        for node in self.nodes:
+            node.signal(signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _wait(predicate: object, what: str) -> None:
+        assert callable(predicate)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if predicate():
+                    return
+            except (redis.RedisError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"local cluster: no {what} within {START_TIMEOUT:g} s")
+            time.sleep(POLL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run a local Redis Cluster until Ctrl-C.")
+    parser.add_argument("--primaries", type=int, default=3)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--binary", default="redis-server")
+    args = parser.parse_args()
+    with LocalCluster(args.primaries, args.replicas, args.binary) as cluster:
+        print(cluster.seeds, flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
