@@ -1,11 +1,16 @@
-"""Local Redis Clusters for tests: N primaries with M replicas each, private processes.
+"""Local Redis Clusters and Sentinel sets for tests, of private processes.
+
+:class:`LocalCluster`: N primaries with M replicas each.
 
 Each node is a ``redis-server --cluster-enabled yes`` child on a free port (and its
 cluster bus at port + 10000, so ports are picked below 55536), in its own directory; the
 cluster is created with ``redis-cli --cluster create`` and is ready once every node
 reports ``cluster_state:ok`` and agrees on the slots. Nothing here touches 127.0.0.1:6379.
 
-Run as a script, it starts one and prints its seed URL until interrupted:
+:class:`LocalSentinel`: one primary, its replicas and three Sentinels watching it, so a
+killed primary is replaced by a promoted replica (``down-after-milliseconds`` 1000).
+
+Run as a script, it starts a cluster and prints its seed URL until interrupted:
 ``python tests/clusters.py [--primaries 3] [--replicas 1]``.
 """
 
@@ -18,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +32,10 @@ import redis
 START_TIMEOUT = 30.0
 POLL = 0.05
 MAX_PORT = 55_000  # the cluster bus listens at port + 10000
+CLUSTER_OPTIONS = (
+    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+    "--cluster-node-timeout", "2000",
+)  # fmt: skip
 
 
 def free_cluster_port(taken: set[int]) -> int:
@@ -60,16 +70,20 @@ class Node:
         """A plain (non-cluster) client of this node alone."""
         return redis.Redis(port=self.port, socket_timeout=5, socket_connect_timeout=2)
 
-    def start(self, binary: str) -> None:
+    def start(self, binary: str, *options: str) -> None:
+        """Start the node: ``binary`` with the common options, then ``options``."""
         self.directory.mkdir(parents=True, exist_ok=True)
         argv = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.directory), "--daemonize", "no",
             "--logfile", str(self.directory / "redis.log"),
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+            "--save", "", "--appendonly", "no", *options,
         ]  # fmt: skip
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def signal(self, signum: signal.Signals) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -126,9 +140,9 @@ class LocalCluster:
             port = free_cluster_port(taken)
             taken |= {port, port + 10_000}
             node = Node(port, self.root / f"node-{index}")
-            node.start(binary)
+            node.start(binary, *CLUSTER_OPTIONS)
             self.nodes.append(node)
-        self._wait(lambda: all(node.answers() for node in self.nodes), "nodes answer")
+        wait_for(lambda: all(node.answers() for node in self.nodes), "nodes answer")
         cli = shutil.which(self.binary.replace("-server", "-cli")) or "redis-cli"
         subprocess.run(
             [cli, "--cluster", "create", *(node.address for node in self.nodes),
@@ -144,7 +158,7 @@ class LocalCluster:
 
         def ok() -> bool:
             for node in self.nodes:
-                if node.process is None or node.process.poll() is not None:
+                if not node.alive:
                     continue
                 info = node.info_cluster()
                 if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != "16384":
@@ -158,7 +172,7 @@ class LocalCluster:
                     return False
             return True
 
-        self._wait(ok, "cluster_state:ok on every node, every replica in sync")
+        wait_for(ok, "cluster_state:ok on every node, every replica in sync")
 
     def close(self) -> None:
         """SIGKILL every node (a test's cluster keeps nothing) and delete the directory."""
@@ -176,19 +190,112 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @staticmethod
-    def _wait(predicate: object, what: str) -> None:
-        assert callable(predicate)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_TIMEOUT) -> None:
+    """Poll ``predicate`` (a Redis error counts as not yet) until true, or fail naming it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} within {timeout:g} s")
+        time.sleep(POLL)
+
+
+@dataclass
+class LocalSentinel:
+    """One primary, ``replicas`` replicas, and three Sentinels that watch it as ``service``.
+
+    Attributes:
+        url: the ``redis+sentinel://`` URL of the set.
+    """
+
+    replicas: int = 1
+    service: str = "lockgate"
+    binary: str = "redis-server"
+    nodes: list[Node] = field(default_factory=list)
+    sentinels: list[Node] = field(default_factory=list)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lockgate-sentinel-")))
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(sentinel.address for sentinel in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def primary(self) -> Node:
+        """The node the Sentinels name as primary now."""
+        client = self.sentinels[0].client()
+        try:
+            _, port = client.sentinel_get_master_addr_by_name(self.service)
+        finally:
+            client.close()
+        return next(node for node in self.nodes if node.port == int(port))
+
+    def start(self) -> LocalSentinel:
+        """Start the data nodes, then the Sentinels, and wait until all three see them."""
+        binary = shutil.which(self.binary)
+        if binary is None:
+            raise RuntimeError(f"{self.binary} is not on PATH; Sentinel tests need it")
+        taken: set[int] = set()
+        for index in range(1 + self.replicas):
+            port = free_cluster_port(taken)
+            taken.add(port)
+            node = Node(port, self.root / f"node-{index}")
+            follow = ("--replicaof", "127.0.0.1", str(self.nodes[0].port)) if index else ()
+            node.start(binary, *follow)
+            self.nodes.append(node)
+        wait_for(lambda: all(node.answers() for node in self.nodes), "data nodes answer")
+        primary = self.nodes[0]
+        for index in range(3):
+            port = free_cluster_port(taken)
+            taken.add(port)
+            sentinel = Node(port, self.root / f"sentinel-{index}")
+            sentinel.directory.mkdir(parents=True)
+            config = sentinel.directory / "sentinel.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {sentinel.directory}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 5000\n"
+            )
+            sentinel.process = subprocess.Popen(
+                [binary, str(config), "--sentinel", "--logfile", str(sentinel.directory / "log")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.sentinels.append(sentinel)
+        wait_for(self._sentinels_see_everyone, "Sentinels agree on the primary and replicas")
+        return self
+
+    def _sentinels_see_everyone(self) -> bool:
+        for sentinel in self.sentinels:
+            client = sentinel.client()
             try:
-                if predicate():
-                    return
-            except (redis.RedisError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"local cluster: no {what} within {START_TIMEOUT:g} s")
-            time.sleep(POLL)
+                master = client.sentinel_master(self.service)
+            finally:
+                client.close()
+            if int(master["num-other-sentinels"]) < 2 or int(master["num-slaves"]) < self.replicas:
+                return False
+        return True
+
+    def close(self) -> None:
+        """SIGKILL every process and delete the directory."""
+        for node in [*self.sentinels, *self.nodes]:
+            node.signal(signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalSentinel:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def main() -> None:
