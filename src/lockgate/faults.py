@@ -5,12 +5,13 @@
 | connection refused/reset/closed, socket timeout               | ConnectionFailed   | transient |
 | BUSY, LOADING, OOM, READONLY, MASTERDOWN, TRYAGAIN,           | ServerBusy         | transient |
 | CLUSTERDOWN, NOREPLICAS, NOT BUSY... (the server says "later") |                    |           |
-| NOSCRIPT (script cache flushed or a fresh server)             | ScriptError        | reload    |
+| Function not found, NOSCRIPT (a fresh or flushed server)      | ScriptError        | reload    |
 | NOPERM, WRONGPASS, NOAUTH, unknown command                    | AccessDenied       | fatal     |
 | anything else the server refused                              | BrokerError        | transient |
 
 A transient fault is retried with capped backoff and the worker stays up; ``reload`` is
-retried at once (redis-py loads a script again on its next call); a fatal one stops the
+retried at once (the script runners load lockgate's library again when a call
+meets it); a fatal one stops the
 worker with one line (exit 2 from the CLI). An unknown refusal counts as transient so that
 nothing that settles a job is ever dropped: it is logged at each retry.
 """
@@ -64,15 +65,22 @@ def translate(error: redis.RedisError | OSError, url: str) -> LockgateError:
         return ServerBusy(message)
     if code in FATAL_CODES or "unknown command" in message.lower():
         return AccessDenied(f"Redis at {url} refused: {message}")
-    if isinstance(error, NoScriptError) or code == "NOSCRIPT" or "script" in message.lower():
+    if isinstance(error, NoScriptError) or code == "NOSCRIPT" or _reloads(message):
         return ScriptError(message)
     return BrokerError(message)
+
+
+def _reloads(message: str) -> bool:
+    lowered = message.lower()
+    return "function not found" in lowered or "script" in lowered
 
 
 def classify(error: BaseException) -> Fault:
     """How a worker should treat a lockgate error raised by a Redis call."""
     if isinstance(error, AccessDenied):
         return "fatal"
-    if isinstance(error, ScriptError) and "NOSCRIPT" in str(error).upper():
+    if isinstance(error, ScriptError) and (
+        "NOSCRIPT" in str(error).upper() or "function not found" in str(error).lower()
+    ):
         return "reload"
     return "transient"

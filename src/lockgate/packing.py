@@ -24,7 +24,7 @@ class HiredisPacking:
     def pack_command(self, *args: Any) -> list[bytes]:
         assert _pack is not None
         first = args[0]
-        # A command name with a space ('SCRIPT LOAD') goes out as separate arguments.
+        # A command name with a space ('FUNCTION LOAD') goes out as separate arguments.
         if isinstance(first, str):
             if " " in first:
                 args = (*first.encode().split(), *args[1:])

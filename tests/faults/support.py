@@ -69,7 +69,7 @@ class PrivateRedis:
         directory: where the server keeps its log and any AOF or RDB file.
         options: ``redis.conf`` directives (underscores become dashes), applied after the
             defaults ``save ""`` and ``appendonly no``; a tuple gives a directive several
-            arguments (``rename_command=("EVALSHA", "")``). ``requirepass`` also becomes
+            arguments (``rename_command=("FCALL", "")``). ``requirepass`` also becomes
             the password of the test's own clients.
 
     Attributes:

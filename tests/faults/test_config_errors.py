@@ -53,7 +53,7 @@ def server_and_url(start: Callable[..., PrivateRedis], case: str) -> tuple[Priva
         return server, f"redis://:wrong-{SECRET}@127.0.0.1:{server.port}/0"
     if case == "command disabled":
         # As managed services do with some commands: lockgate's scripts cannot run.
-        server = start(rename_command=("EVALSHA", ""))
+        server = start(rename_command=("FCALL", ""))
         return server, server.url
     # An ACL user that may connect and PING but not run scripts or touch streams.
     server = start()

@@ -195,19 +195,19 @@ async def test_readonly_replica_for_a_while_every_job_runs_once(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_script_flush_mid_run_every_job_runs_once(
+async def test_function_flush_mid_run_every_job_runs_once(
     private_redis: Callable[..., PrivateRedis], make_app: Callable[..., App], backend: str
 ) -> None:
-    """``SCRIPT FLUSH`` (or a failover to a server without the scripts): reload, go on."""
+    """``FUNCTION FLUSH`` (or a failover to a server without the library): reload, go on."""
     server = private_redis()
     scene = Scene(make_app, server, backend, work=0.02)
     job_ids = scene.enqueue("job", 12)
     async with scene.serving() as task:
         await scene.first_jobs_running(task)
-        server.client.script_flush()
+        server.client.function_flush()
         scene.gate.set()
         await wait_serving(task, lambda: scene.runs.total() >= 8, message="more jobs")
-        server.client.script_flush()
+        server.client.function_flush()
         await scene.settled(task, job_ids)
     assert scene.runs.counts() == once(job_ids)
 
@@ -240,7 +240,7 @@ def scripts_waiting(client: redis.Redis) -> int:
     return sum(
         1
         for c in client.client_list()
-        if "b" in c.get("flags", "") and c.get("cmd") in {"evalsha", "eval"}
+        if "b" in c.get("flags", "") and c.get("cmd") in {"fcall", "fcall_ro"}
     )
 
 

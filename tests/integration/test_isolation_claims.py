@@ -28,8 +28,10 @@ async def test_a_child_claims_while_the_parent_holds_claims_and_locks(
 
     def work() -> bytes:
         inherited_claims = len(app.lease_keeper._claims)
-        with app.idempotent("child:sync", ttl=60, lease=0.3) as claim:
-            time.sleep(0.8)  # past the lease: only the child's own renewals keep it
+        # A lease of 1 s renewed every third of it: a loaded machine's stall of a few
+        # hundred ms (the CI's two cores are shared) must not lapse it.
+        with app.idempotent("child:sync", ttl=60, lease=1.0) as claim:
+            time.sleep(2.2)  # past the lease: only the child's own renewals keep it
             value = app.client().get(app.keys.claim("child:sync"))
 
         async def claim_async() -> None:

@@ -65,10 +65,17 @@ def test_a_refusal_that_cannot_heal_is_fatal_and_a_config_error(error: Exception
     assert classify(translated) == "fatal"
 
 
-def test_a_flushed_script_cache_reloads() -> None:
-    error = translate(NoScriptError("NOSCRIPT No matching script. Please use EVAL."), URL)
-    assert isinstance(error, ScriptError)
-    assert classify(error) == "reload"
+@pytest.mark.parametrize(
+    "error",
+    [
+        NoScriptError("NOSCRIPT No matching script. Please use EVAL."),
+        redis.ResponseError("Function not found"),
+    ],
+)
+def test_a_flushed_script_cache_or_function_library_reloads(error: Exception) -> None:
+    translated = translate(error, URL)  # type: ignore[arg-type]
+    assert isinstance(translated, ScriptError)
+    assert classify(translated) == "reload"
 
 
 def test_anything_else_is_retried_not_dropped() -> None:

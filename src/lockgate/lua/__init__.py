@@ -1,47 +1,31 @@
-"""Lua scripts: each lives in its own ``.lua`` file here, loaded once per client.
+"""Lua scripts: each lives in its own ``.lua`` file here; together they are one Redis
+Functions library (see :mod:`lockgate.lua.library`), loaded on a server when first needed.
 
 A script is described by a :class:`ScriptCall` (which script, its keys, its arguments),
 built by pure functions in the broker modules. The two runners below execute a list of
-calls in one pipelined round trip, on an async or a sync client, as EVALSHA. A call that
-meets NOSCRIPT (a server restart, a SCRIPT FLUSH) loads its script and runs again: one
-extra round trip then, never an error. (redis-py's own ``Script`` in a pipeline sends
-``SCRIPT EXISTS`` before every pipeline, a hidden round trip each time.)
+calls in one pipelined round trip, on an async or a sync client, as ``FCALL`` (``FCALL_RO``
+for read-only scripts). Calls that meet "Function not found" (a fresh server, a
+``FUNCTION FLUSH``, a new primary) load the library and run again, only those calls: one
+extra round trip then, never an error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
 
-ScriptName = Literal[
-    "enqueue_stream",
-    "read_stream",
-    "enqueue_sorted",
-    "take_sorted",
-    "extend_sorted",
-    "reclaim_stream",
-    "heartbeat_stream",
-    "forget_consumers",
-    "dlq_purge",
-    "dlq_trim",
-    "idem_claim",
-    "idem_settle",
-    "incr_once",
-    "stats_stream",
-    "stats_sorted",
-    "settle_stream",
-    "settle_sorted",
-]
+from lockgate.lua.library import ScriptName, library, source
+
+__all__ = ["Arg", "AsyncScripts", "ScriptCall", "ScriptName", "SyncScripts", "source"]
+
 Arg = str | bytes | int | float
+FUNCTION_NOT_FOUND = "function not found"
+ALREADY_LOADED = "already exists"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +37,30 @@ class ScriptCall:
     args: Sequence[Arg]
 
 
-INCLUDE = "--#include "
-
-
-def _text(name: str) -> str:
-    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
-
-
-@cache
-def source(name: ScriptName) -> str:
-    """The text of a script, with each ``--#include FRAGMENT`` line replaced by the
-    fragment's text, once (logic several scripts share lives once, in ``_FRAGMENT.lua``;
-    a fragment may include others)."""
-    return _expand(name, set())
-
-
-@cache
-def sha(name: ScriptName) -> str:
-    """The SHA1 digest by which Redis knows a script (EVALSHA)."""
-    return hashlib.sha1(source(name).encode()).hexdigest()
-
-
-def _evalsha(target: Any, call: ScriptCall) -> Any:
-    """EVALSHA of a call on a client or a pipeline, async or sync (what it returns)."""
+def _fcall(target: Any, call: ScriptCall) -> Any:
+    """FCALL (or FCALL_RO) of a call on a client or a pipeline, async or sync."""
+    functions = library()
+    command = "FCALL_RO" if functions.read_only(call.script) else "FCALL"
     return target.execute_command(
-        "EVALSHA", sha(call.script), len(call.keys), *call.keys, *call.args
+        command, functions.functions[call.script], len(call.keys), *call.keys, *call.args
     )
 
 
+def function_missing(error: BaseException) -> bool:
+    """Whether an error says the server lacks this version's library (nothing ran)."""
+    return isinstance(error, redis.ResponseError) and FUNCTION_NOT_FOUND in str(error).lower()
+
+
 def _missing(replies: Sequence[Any]) -> list[int]:
-    """Positions of the calls whose script the server did not have (nothing ran there)."""
-    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    """Positions of the calls whose function the server did not have."""
+    return [i for i, reply in enumerate(replies) if function_missing(reply)]
+
+
+def _loaded(error: redis.ResponseError) -> None:
+    """A load refused because the library is there already (another client loaded it
+    meanwhile; its name is its content) is a success; any other refusal is raised."""
+    if ALREADY_LOADED not in str(error).lower():
+        raise error
 
 
 def _raise_first(replies: list[Any]) -> list[Any]:
@@ -91,19 +68,6 @@ def _raise_first(replies: list[Any]) -> list[Any]:
         if isinstance(reply, Exception):
             raise reply
     return replies
-
-
-def _expand(name: str, included: set[str]) -> str:
-    out = []
-    for line in _text(name).splitlines(keepends=True):
-        if not line.startswith(INCLUDE):
-            out.append(line)
-            continue
-        fragment = line[len(INCLUDE) :].strip()
-        if fragment not in included:
-            included.add(fragment)
-            out.append(_expand(fragment, included))
-    return "".join(out)
 
 
 class AsyncScripts:
@@ -117,10 +81,19 @@ class AsyncScripts:
     async def run(self, call: ScriptCall) -> Any:
         """Run one call."""
         try:
-            return await _evalsha(self._client, call)
-        except NoScriptError:
-            await self._client.script_load(source(call.script))
-            return await _evalsha(self._client, call)
+            return await _fcall(self._client, call)
+        except redis.ResponseError as e:
+            if not function_missing(e):
+                raise
+        await self.load()
+        return await _fcall(self._client, call)
+
+    async def load(self) -> None:
+        """Load this version's library on the server."""
+        try:
+            await self._client.function_load(library().code)
+        except redis.ResponseError as e:
+            _loaded(e)
 
     async def run_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run several calls in one pipelined round trip (not a transaction); the first
@@ -137,8 +110,7 @@ class AsyncScripts:
         replies = await self._pipeline(calls)
         missing = _missing(replies)
         if missing:
-            for name in {calls[i].script for i in missing}:
-                await self._client.script_load(source(name))
+            await self.load()
             again = await self._pipeline([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
@@ -147,7 +119,7 @@ class AsyncScripts:
     async def _pipeline(self, calls: Sequence[ScriptCall]) -> list[Any]:
         async with self._client.pipeline(transaction=False) as pipe:
             for call in calls:
-                _evalsha(pipe, call)
+                _fcall(pipe, call)
             return list(await pipe.execute(raise_on_error=False))
 
     async def run_soon(self, call: ScriptCall) -> Any:
@@ -201,10 +173,19 @@ class SyncScripts:
     def run(self, call: ScriptCall) -> Any:
         """Run one call."""
         try:
-            return _evalsha(self._client, call)
-        except NoScriptError:
-            self._client.script_load(source(call.script))
-            return _evalsha(self._client, call)
+            return _fcall(self._client, call)
+        except redis.ResponseError as e:
+            if not function_missing(e):
+                raise
+        self.load()
+        return _fcall(self._client, call)
+
+    def load(self) -> None:
+        """Load this version's library on the server."""
+        try:
+            self._client.function_load(library().code)
+        except redis.ResponseError as e:
+            _loaded(e)
 
     def run_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Sync :meth:`AsyncScripts.run_all`."""
@@ -217,8 +198,7 @@ class SyncScripts:
         replies = self._pipeline(calls)
         missing = _missing(replies)
         if missing:
-            for name in {calls[i].script for i in missing}:
-                self._client.script_load(source(name))
+            self.load()
             again = self._pipeline([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
@@ -227,5 +207,5 @@ class SyncScripts:
     def _pipeline(self, calls: Sequence[ScriptCall]) -> list[Any]:
         with self._client.pipeline(transaction=False) as pipe:
             for call in calls:
-                _evalsha(pipe, call)
+                _fcall(pipe, call)
             return list(pipe.execute(raise_on_error=False))

@@ -1,0 +1,129 @@
+"""The scripts as one Redis Functions library, named by its content (pure: text, no I/O).
+
+Each ``NAME.lua`` script becomes the function ``lockgate_<digest>_NAME`` of the library
+``lockgate_<digest>``, where ``<digest>`` is taken from the library's own text: a worker
+of another version brings its own library and both run side by side during a rolling
+deploy, each calling only its own functions.
+
+A function declares what it may do when Redis is out of memory (``maxmemory`` with
+``noeviction``): those that free memory or move a job without adding one (reading,
+settling, dead-lettering, heartbeats, reclaim) carry ``allow-oom`` and keep working;
+those that add jobs or claims (enqueue, a claim outside a read) carry no flag, so Redis
+refuses them whole with OOM and the caller backs off; read-only ones carry ``no-writes``
+and are called with ``FCALL_RO``. (Redis 7 scripting, "Script flags":
+https://redis.io/docs/latest/develop/interact/programmability/lua-api/#script-flags)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+ScriptName = Literal[
+    "enqueue_stream",
+    "read_stream",
+    "enqueue_sorted",
+    "take_sorted",
+    "extend_sorted",
+    "reclaim_stream",
+    "heartbeat_stream",
+    "forget_consumers",
+    "dlq_purge",
+    "dlq_trim",
+    "idem_claim",
+    "idem_settle",
+    "incr_once",
+    "stats_stream",
+    "stats_sorted",
+    "settle_stream",
+    "settle_sorted",
+]
+Flag = Literal["allow-oom", "no-writes"]
+
+ALLOW_OOM: tuple[Flag, ...] = ("allow-oom",)
+NO_WRITES: tuple[Flag, ...] = ("no-writes",)
+FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
+    "enqueue_stream": (),
+    "enqueue_sorted": (),
+    "idem_claim": (),
+    "incr_once": (),
+    "read_stream": ALLOW_OOM,
+    "take_sorted": ALLOW_OOM,
+    "extend_sorted": ALLOW_OOM,
+    "reclaim_stream": ALLOW_OOM,
+    "heartbeat_stream": ALLOW_OOM,
+    "forget_consumers": ALLOW_OOM,
+    "dlq_purge": ALLOW_OOM,
+    "dlq_trim": ALLOW_OOM,
+    "idem_settle": ALLOW_OOM,
+    "settle_stream": ALLOW_OOM,
+    "settle_sorted": ALLOW_OOM,
+    "stats_stream": NO_WRITES,
+    "stats_sorted": NO_WRITES,
+}
+INCLUDE = "--#include "
+PREFIX = "lockgate_"
+DIGEST_LENGTH = 12
+
+
+def _text(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+@cache
+def source(name: ScriptName) -> str:
+    """The text of a script, with each ``--#include FRAGMENT`` line replaced by the
+    fragment's text, once (logic several scripts share lives once, in ``_FRAGMENT.lua``;
+    a fragment may include others). It reads ``KEYS`` and ``ARGV`` as EVAL gives them."""
+    return _expand(name, set())
+
+
+def _expand(name: str, included: set[str]) -> str:
+    out = []
+    for line in _text(name).splitlines(keepends=True):
+        if not line.startswith(INCLUDE):
+            out.append(line)
+            continue
+        fragment = line[len(INCLUDE) :].strip()
+        if fragment not in included:
+            included.add(fragment)
+            out.append(_expand(fragment, included))
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Library:
+    """The library's name, its code for ``FUNCTION LOAD``, and each script's function."""
+
+    name: str
+    code: str
+    functions: Mapping[ScriptName, str]
+
+    def read_only(self, script: ScriptName) -> bool:
+        """Whether the script's function is called with ``FCALL_RO``."""
+        return "no-writes" in FLAGS[script]
+
+
+@cache
+def library() -> Library:
+    """The library of this version's scripts (built once per process)."""
+    bodies = []
+    for script in FLAGS:
+        # The script's text becomes the body of a Lua function whose parameters are named
+        # as EVAL's globals, so the same text serves both (tests EVAL scripts directly).
+        bodies.append(f"local function script_{script}(KEYS, ARGV)\n{source(script)}\nend\n")
+    body = "".join(bodies)
+    digest = hashlib.sha1(body.encode()).hexdigest()[:DIGEST_LENGTH]
+    name = f"{PREFIX}{digest}"
+    functions = {script: f"{name}_{script}" for script in FLAGS}
+    registrations = [
+        f"redis.register_function{{function_name='{functions[script]}', callback=script_{script}, "
+        f"flags={{{', '.join(repr(flag) for flag in FLAGS[script])}}}}}\n"
+        for script in FLAGS
+    ]
+    code = f"#!lua name={name}\n{body}{''.join(registrations)}"
+    return Library(name, code, functions)
