@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "dist"
 CORE = {"click", "msgspec", "redis"}
-EMBEDDED_MARKER = "platform_machine == \"x86_64\""
+EMBEDDED_MARKER = 'platform_machine == "x86_64"'
 DEMO_TIMEOUT = 300
 
 

@@ -1,34 +1,45 @@
-"""The ``lockgate`` command: worker, enqueue, stats, demo."""
+"""The ``lockgate`` command: worker, enqueue, stats, dlq, pg init, demo."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import json
 import logging
 import os
+import shutil
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from lockgate import deadletter
 from lockgate.app import App
 from lockgate.broker import masked
 from lockgate.config import REDIS_URL_ENV, WorkerConfig
-from lockgate.errors import ConfigError, ConnectionFailed, InvalidArguments, LockgateError
+from lockgate.errors import (
+    ConfigError,
+    ConnectionFailed,
+    DatabaseError,
+    InvalidArguments,
+    LockgateError,
+)
 from lockgate.inspect import Stats, queue_stats
+from lockgate.tables import Column, fit, render
 from lockgate.worker import Worker
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
 EXIT_USAGE = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_KEY = "lockgate.log_level"  # in ctx.meta, which every nested context shares
 
 
 def load_app(spec: str) -> App:
@@ -62,11 +73,21 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.contextmanager
-def reported_errors() -> Iterator[None]:
-    """Turn lockgate's errors into one line on stderr and exit code 2, not a traceback."""
+def reported_errors(*usage: type[LockgateError]) -> Iterator[None]:
+    """Turn lockgate's errors into one line on stderr and an exit code, not a traceback.
+
+    Exit code 2 for what the user can fix (unreachable server, bad configuration, a
+    missing extra, bad arguments, and the ``usage`` errors), 1 for the others.
+
+    Args:
+        usage: more error classes that count as the user's to fix here.
+    """
+    fixable: tuple[type[Exception], ...] = (
+        ConnectionFailed, ConfigError, InvalidArguments, *usage,
+    )  # fmt: skip
     try:
         yield
-    except (ConnectionFailed, ConfigError, InvalidArguments) as e:
+    except fixable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_USAGE)
     except LockgateError as e:
@@ -74,19 +95,53 @@ def reported_errors() -> Iterator[None]:
         sys.exit(1)
 
 
-def _use_url(app: App, url: str | None) -> None:
+def _loaded(spec: str, url: str | None) -> App:
+    """The app ``spec`` names, on ``url`` when one is given (see :func:`load_app`)."""
+    app = load_app(spec)
     if url:
         app.redis_url = url
+    return app
+
+
+def terminal_width() -> int:
+    """Columns of the terminal; $COLUMNS when set, 80 when unknown (not a terminal)."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def _take_log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # Click parses a subcommand's options after the group's callback ran, so a level given
+    # after the subcommand lands last and wins, as the reader of the command line expects.
+    if value is None:
+        return
+    ctx.meta[LOG_LEVEL_KEY] = value.upper()
+    logging.getLogger().setLevel(value.upper())
+
+
+def log_level_option(command: F) -> F:
+    """``--log-level LEVEL``, accepted by the group and by every subcommand alike."""
+    option = click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        metavar="LEVEL",
+        default=None,
+        expose_value=False,
+        callback=_take_log_level,
+        help=f"Logging level: {', '.join(LOG_LEVELS)} (default: INFO).",
+    )
+    return option(command)
+
+
+def effective_log_level() -> str:
+    """The last ``--log-level`` the command line gave, else INFO."""
+    return str(click.get_current_context().meta.get(LOG_LEVEL_KEY, "INFO"))
 
 
 @click.group()
 @click.version_option(package_name="lockgate", prog_name="lockgate")
-@click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
-def main(log_level: str) -> None:
+@log_level_option
+def main() -> None:
     """lockgate: background jobs on Redis Streams with priorities and idempotency."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=effective_log_level(), format=LOG_FORMAT)
 
 
 url_option = click.option(
@@ -116,6 +171,7 @@ url_option = click.option(
               help="Worker processes, under a supervisor that restarts them.")  # fmt: skip
 @click.option("--burst", is_flag=True,
               help="Exit 0 once nothing is queued, delayed or running.")  # fmt: skip
+@log_level_option
 def worker(
     app_spec: str,
     policy: str,
@@ -137,8 +193,7 @@ def worker(
     if processes > 1:
         _supervise(app_spec, processes, embedded=embedded, url=url)
         return
-    app = load_app(app_spec)
-    _use_url(app, url)
+    app = _loaded(app_spec, url)
     with reported_errors(), contextlib.ExitStack() as stack:
         if embedded:
             from lockgate.embedded import EmbeddedServer
@@ -149,12 +204,13 @@ def worker(
         config = WorkerConfig(
             concurrency=concurrency,
             policy="strict" if policy == "strict" else "weighted",
-            queues=tuple(q for q in queues.split(",") if q),
+            queues=tuple(q.strip() for q in queues.split(",") if q.strip()),
             grace_period=grace_period,
             visibility_timeout=visibility_timeout,
             max_deliveries=max_deliveries,
             claim_lease=claim_lease,
         )
+        _warn_unknown_queues(app, config.queues)
         running = Worker(app, config)
         # What start-up made (modules, the app and its tasks) lives as long as the process:
         # frozen out of the collector's sight, a full collection no longer walks it. It did
@@ -174,6 +230,20 @@ def worker(
             os._exit(0)
 
 
+def _warn_unknown_queues(app: App, queues: tuple[str, ...]) -> None:
+    """One warning when ``--queues`` names a queue no task of the app uses.
+
+    Not an error: another release of the app (deployed next, or still draining) may use
+    it, and serving an empty queue costs one read.
+    """
+    unknown = [queue for queue in queues if queue not in app.queues]
+    if unknown:
+        log.warning(
+            "--queues names %s, which no task of the app uses (its queues: %s); serving it anyway",
+            ", ".join(unknown), ", ".join(app.queues),
+        )  # fmt: skip
+
+
 def _supervise(app_spec: str, processes: int, *, embedded: bool, url: str | None) -> None:
     """Run ``processes`` single workers with this command's options under a supervisor.
 
@@ -189,9 +259,9 @@ def _supervise(app_spec: str, processes: int, *, embedded: bool, url: str | None
             server = stack.enter_context(EmbeddedServer())
             url = server.url
             click.echo(f"embedded server at {server.url}", err=True)
-        log_level = str(ctx.find_root().params.get("log_level", "INFO"))
         command = [
-            sys.executable, "-m", "lockgate", "--log-level", log_level, "worker", app_spec,
+            sys.executable, "-m", "lockgate", "worker", app_spec,
+            "--log-level", effective_log_level(),
             *_given_options(ctx, skip={"embedded", "url", "processes"}),
             *(["--url", url] if url else []), "--processes", "1",
         ]  # fmt: skip
@@ -202,7 +272,12 @@ def _given_options(ctx: click.Context, skip: set[str]) -> list[str]:
     """The command's options again as arguments, with the values they were parsed to."""
     argv: list[str] = []
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name is None or param.name in skip:
+        if (
+            not isinstance(param, click.Option)
+            or not param.expose_value  # --log-level: the caller passes the effective one
+            or param.name is None
+            or param.name in skip
+        ):
             continue
         value = ctx.params[param.name]
         if param.is_flag:
@@ -222,6 +297,7 @@ def _given_options(ctx: click.Context, skip: set[str]) -> list[str]:
 @click.option("--priority", default=None, help="Level for this job (default: the task's).")
 @click.option("--job-id", default=None, help="Stable job id (a duplicate is not enqueued).")
 @url_option
+@log_level_option
 def enqueue(
     app_spec: str,
     task_name: str,
@@ -232,8 +308,7 @@ def enqueue(
     url: str | None,
 ) -> None:
     """Enqueue one run of TASK."""
-    app = load_app(app_spec)
-    _use_url(app, url)
+    app = _loaded(app_spec, url)
     task = app.tasks.get(task_name)
     if task is None:
         known = ", ".join(sorted(app.tasks)) or "none"
@@ -257,14 +332,22 @@ def _json_arg(value: str, kind: type, option: str) -> Any:
     return parsed
 
 
+STATS_COLUMNS = (
+    Column("queue", shrink="truncate", min_width=5),
+    Column("level", shrink="truncate", min_width=5),
+    *(Column(header, align="right")
+      for header in ("waiting", "pending", "delayed", "consumers", "oldest wait ms")),
+)  # fmt: skip
+
+
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @url_option
+@log_level_option
 def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     """Per queue and level: waiting, pending, consumers, oldest wait."""
-    app = load_app(app_spec)
-    _use_url(app, url)
+    app = _loaded(app_spec, url)
 
     async def collect() -> Stats:
         try:
@@ -277,17 +360,15 @@ def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
-    table = Table(title=f"lockgate {app.namespace} @ {masked(app.redis_url)}")
-    columns = ("queue", "level", "waiting", "pending", "delayed", "consumers", "oldest wait ms")
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("queue", "level") else "right")
-    for row in result.levels:
-        table.add_row(
-            row.queue, row.level, str(row.waiting), str(row.pending), str(row.delayed),
-            _dash(row.consumers), _dash(row.oldest_wait_ms),
-        )  # fmt: skip
-    table.caption = f"dead letters: {result.dead_letters}"
-    Console().print(table)
+    width = terminal_width()
+    rows = [
+        (row.queue, row.level, str(row.waiting), str(row.pending), str(row.delayed),
+         _dash(row.consumers), _dash(row.oldest_wait_ms))
+        for row in result.levels
+    ]  # fmt: skip
+    title = f"lockgate {app.namespace} @ {masked(app.redis_url)}"
+    caption = f"dead letters: {result.dead_letters}"
+    click.echo("\n".join([fit(title, width), *render(STATS_COLUMNS, rows, width), caption]))
 
 
 def _dash(value: int | None) -> str:
@@ -297,12 +378,13 @@ def _dash(value: int | None) -> str:
 @main.group()
 @click.argument("app_spec", metavar="MODULE:APP")
 @url_option
+@log_level_option
 @click.pass_context
 def dlq(ctx: click.Context, app_spec: str, url: str | None) -> None:
     """Inspect, replay, trim and purge the dead-letter queue of MODULE:APP."""
-    app = load_app(app_spec)
-    _use_url(app, url)
-    ctx.obj = app
+    # Each subcommand imports the app when it runs: click runs this callback before it
+    # parses the subcommand's --help, which must not need an importable app.
+    ctx.obj = functools.partial(_loaded, app_spec, url)
 
 
 def _letter(app: App, entry_id: str) -> deadletter.DeadLetter:
@@ -313,29 +395,35 @@ def _letter(app: App, entry_id: str) -> deadletter.DeadLetter:
     return letter
 
 
-@dlq.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.pass_obj
-def dlq_list(app: App, as_json: bool, limit: int) -> None:
-    """List dead letters, oldest first."""
-    with reported_errors():
-        letters = deadletter.list_dead(app, limit)
-    if as_json:
-        click.echo(json.dumps([letter.as_dict() for letter in letters], indent=2))
-        return
-    table = Table(title=f"dead letters of {app.namespace} ({len(letters)})")
-    for column in ("id", "job id", "task", "queue/level", "reason", "error", "attempt",
-                   "deliveries", "failed at"):  # fmt: skip
-        table.add_column(column, overflow="fold")
-    for letter in letters:
-        table.add_row(
-            letter.id, letter.job_id, letter.task, f"{letter.queue}/{letter.level}",
-            letter.reason, f"{letter.error_type}: {letter.error}" if letter.error_type
-            else letter.error, str(letter.attempt), str(letter.deliveries),
-            _when(letter.failed_at),
-        )  # fmt: skip
-    Console().print(table)
+def _consent(yes: bool, action: str) -> None:
+    """Refuse ``action`` (one line, exit 2) when nobody is at a terminal to confirm it and
+    ``--yes`` was not given: a script must say it means it, not get it by default."""
+    if not yes and not sys.stdin.isatty():
+        click.echo(
+            f"error: not {action} without confirmation (stdin is not a terminal); pass --yes",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
+
+
+# Every field, in full (--wide); and what fits a terminal: the id (to show or replay),
+# whose job it was, and why it died, cut to the width; a long job id (a generated one)
+# gives way before the task and the error, which say more.
+DLQ_WIDE = tuple(
+    Column(header, align="right" if header in ("attempt", "deliveries") else "left")
+    for header in ("id", "job id", "task", "queue/level", "reason", "error", "attempt",
+                   "deliveries", "failed at")
+)  # fmt: skip
+DLQ_NARROW = (
+    Column("id"),
+    Column("job id", shrink="truncate", min_width=12),
+    Column("task", shrink="truncate", min_width=8, priority=1),
+    Column("error", shrink="truncate", min_width=16, priority=1),
+)
+
+
+def _error(letter: deadletter.DeadLetter) -> str:
+    return f"{letter.error_type}: {letter.error}" if letter.error_type else letter.error
 
 
 def _when(moment: float | None) -> str:
@@ -344,11 +432,56 @@ def _when(moment: float | None) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def dlq_table(letters: list[deadletter.DeadLetter], width: int | None) -> list[str]:
+    """The table of ``dlq list`` (pure).
+
+    Args:
+        letters: the dead letters, one row each.
+        width: the terminal's width: the narrow columns, cut to fit; None: every column,
+            nothing cut (``--wide``).
+
+    Returns:
+        The header line and the rows' lines.
+    """
+    if width is None:
+        rows = [
+            (letter.id, letter.job_id, letter.task, f"{letter.queue}/{letter.level}",
+             letter.reason, _error(letter), str(letter.attempt), str(letter.deliveries),
+             _when(letter.failed_at))
+            for letter in letters
+        ]  # fmt: skip
+        return render(DLQ_WIDE, rows, None)
+    # A letter that died without an error (too many deliveries, ...) shows its reason.
+    narrow = [(lt.id, lt.job_id, lt.task, _error(lt) or lt.reason) for lt in letters]
+    return render(DLQ_NARROW, narrow, width)
+
+
+@dlq.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--wide", is_flag=True, help="Every column, the full error text, whatever the width.")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@log_level_option
+@click.pass_obj
+def dlq_list(load: Callable[[], App], as_json: bool, wide: bool, limit: int) -> None:
+    """List dead letters, oldest first."""
+    app = load()
+    with reported_errors():
+        letters = deadletter.list_dead(app, limit)
+    if as_json:
+        click.echo(json.dumps([letter.as_dict() for letter in letters], indent=2))
+        return
+    width = None if wide else terminal_width()
+    title = fit(f"dead letters of {app.namespace} ({len(letters)})", width)
+    click.echo("\n".join([title, *dlq_table(letters, width)]))
+
+
 @dlq.command("show")
 @click.argument("entry_id", metavar="ID")
+@log_level_option
 @click.pass_obj
-def dlq_show(app: App, entry_id: str) -> None:
+def dlq_show(load: Callable[[], App], entry_id: str) -> None:
     """Show one dead letter, traceback included."""
+    app = load()
     with reported_errors():
         letter = _letter(app, entry_id)
     click.echo(json.dumps(letter.as_dict(), indent=2))
@@ -360,21 +493,29 @@ def dlq_show(app: App, entry_id: str) -> None:
 @click.option("--task", "task_name", default=None, help="Replay the dead letters of a task.")
 @click.option("--level", default=None, help="Enqueue on this level instead of the letters' own.")
 @click.option("--queue", default=None, help="Enqueue on this queue instead of the letters' own.")
+@click.option("--yes", is_flag=True, help="Replay --all or --task without asking.")
+@log_level_option
 @click.pass_obj
 def dlq_replay(
-    app: App,
+    load: Callable[[], App],
     entry_id: str | None,
     replay_all: bool,
     task_name: str | None,
     level: str | None,
     queue: str | None,
+    yes: bool,
 ) -> None:
     """Enqueue dead letters again under their own job ids.
 
-    Exits 1 when a letter was not replayed (its line says why; it stays).
+    One ID replays at once; --all and --task ask first (--yes: do not ask; without a
+    terminal, --yes is required). Exits 1 when a letter was not replayed (its line says
+    why; it stays).
     """
     if sum((entry_id is not None, replay_all, task_name is not None)) != 1:
         raise click.UsageError("give exactly one of ID, --all or --task")
+    if entry_id is None:
+        _consent(yes, "replaying dead letters in bulk")
+    app = load()
     with reported_errors():
         if entry_id is not None:
             letters = [_letter(app, entry_id)]
@@ -382,6 +523,12 @@ def dlq_replay(
             letters = deadletter.list_dead(app, limit=1_000_000)
             if task_name is not None:
                 letters = [letter for letter in letters if letter.task == task_name]
+            if letters and not yes:
+                which = f" of task {task_name!r}" if task_name is not None else ""
+                click.confirm(
+                    f"replay {len(letters)} dead letters{which} of {app.namespace}?",
+                    abort=True, err=True,
+                )  # fmt: skip
         results = deadletter.replay(app, letters, level=level, queue=queue)
     for result in results:
         click.echo(f"{result.id} {result.job_id} {result.outcome} {result.detail}".rstrip())
@@ -392,28 +539,37 @@ def dlq_replay(
 
 
 @dlq.command("trim")
+@log_level_option
 @click.pass_obj
-def dlq_trim(app: App) -> None:
+def dlq_trim(load: Callable[[], App]) -> None:
     """Trim dead letters to the app's max length and age."""
+    app = load()
     with reported_errors():
         click.echo(f"trimmed {deadletter.trim(app)} dead letters")
 
 
 @dlq.command("purge")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@log_level_option
 @click.pass_obj
-def dlq_purge(app: App, yes: bool) -> None:
+def dlq_purge(load: Callable[[], App], yes: bool) -> None:
     """Delete every dead letter.
 
-    Deletes in chunks of the oldest 1,000, so Redis is never blocked for long.
+    Asks first (--yes: do not ask; without a terminal, --yes is required). Deletes in
+    chunks of the oldest 1,000, so Redis is never blocked for long.
     """
-    if not yes and sys.stdin.isatty():
-        click.confirm(f"delete every dead letter of {app.namespace}?", abort=True)
+    _consent(yes, "purging the dead letters")
+    app = load()
     with reported_errors():
+        if not yes and (count := deadletter.count_dead(app)):
+            click.confirm(
+                f"delete all {count} dead letters of {app.namespace}?", abort=True, err=True
+            )
         click.echo(f"purged {deadletter.purge(app)} dead letters")
 
 
 @main.group()
+@log_level_option
 def pg() -> None:
     """PostgreSQL as the source of truth for idempotency."""
 
@@ -421,24 +577,27 @@ def pg() -> None:
 @pg.command("init")
 @click.option("--dsn", required=True, help="PostgreSQL connection string.")
 @click.option("--table", default="lockgate_claims", show_default=True)
+@log_level_option
 def pg_init(dsn: str, table: str) -> None:
     """Create the claims table (safe to run again)."""
-    from lockgate.postgres import init_schema, masked_dsn
+    # The import is inside: without psycopg it raises MissingExtra, one line naming the
+    # extra; a DSN that is wrong or unreachable is the user's to fix too (exit 2).
+    with reported_errors(DatabaseError):
+        from lockgate.postgres import init_schema, masked_dsn
 
-    try:
         init_schema(dsn, table=table)
-    except LockgateError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
     click.echo(f"table {table} ready at {masked_dsn(dsn)}")
 
 
 @main.command()
 @click.option("--url", default=None,
               help=f"Redis URL (default: ${REDIS_URL_ENV}, else an embedded server).")  # fmt: skip
-def demo(url: str | None) -> None:
+@log_level_option
+@click.pass_context
+def demo(ctx: click.Context, url: str | None) -> None:
     """The lesson's scenario: a low-priority flood with e-mails and payments arriving."""
-    from lockgate.demo import run_demo
-
     with reported_errors():
-        run_demo(url)
+        from lockgate.demo import run_demo
+
+        # lockgate's own INFO lines would bury the progress, unless a level was asked for.
+        run_demo(url, quiet=LOG_LEVEL_KEY not in ctx.meta)

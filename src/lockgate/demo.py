@@ -15,28 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
+from typing import TextIO
 
 from lockgate.app import App
-from lockgate.broker import masked
+from lockgate.broker import masked, translated
 from lockgate.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
 from lockgate.context import current_job
 from lockgate.embedded import redis_url_or_embedded
+from lockgate.tables import Column, display_width, fit, render, wrap
 from lockgate.worker import Worker
 
 LOW_JOBS, NORMAL_JOBS, CRITICAL_JOBS = 5_000, 500, 100
@@ -91,6 +84,66 @@ def percentile_ms(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
 
 
+class Progress:
+    """Shows how far the runs are.
+
+    A line per finished run goes to ``out``. While a run plays, one line on ``err`` is
+    rewritten in place (``\\r``), only when ``live``: on a terminal; in a log file or a
+    pipe those rewrites would be noise.
+
+    Args:
+        out: where the finished runs' lines go.
+        err: where the live line goes.
+        live: whether to show the live line (``err`` is a terminal).
+        width: the terminal's width; the live line stays narrower, so it never wraps.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO, *, live: bool, width: int) -> None:
+        self.out = out
+        self.err = err
+        self.live = live
+        self.width = width
+        self._shown = 0  # cells of the live line on screen
+
+    def update(self, name: str, done: int, total: int) -> None:
+        """Show that run ``name`` has done ``done`` of ``total`` jobs."""
+        if not self.live:
+            return
+        line = fit(progress_line(name, done, total, self.width - 1), self.width - 1)
+        shown = display_width(line)
+        # Spaces over what a longer previous line left behind.
+        self.err.write("\r" + line + " " * max(self._shown - shown, 0))
+        self.err.flush()
+        self._shown = shown
+
+    def clear(self) -> None:
+        """Wipe the live line (before anything else is written, an error included)."""
+        if self._shown:
+            self.err.write("\r" + " " * self._shown + "\r")
+            self.err.flush()
+            self._shown = 0
+
+    def finished(self, run: Run) -> None:
+        """Replace the live line with the run's one-line summary."""
+        self.clear()
+        self.out.write(finished_line(run) + "\n")
+        self.out.flush()
+
+
+def progress_line(name: str, done: int, total: int, width: int = 80) -> str:
+    """The live line: the run's name, a bar and the jobs done, the bar (at most 30
+    wide) narrowed to keep the line within ``width`` (pure)."""
+    head, tail = f"{name:>14} [", f"] {done}/{total}"
+    bar = max(min(30, width - len(head) - len(tail)), 0)
+    filled = bar * min(done, total) // max(total, 1)
+    return f"{head}{'#' * filled}{'.' * (bar - filled)}{tail}"
+
+
+def finished_line(run: Run) -> str:
+    """The line a finished run leaves (pure)."""
+    return f"{run.name:>14}  {run.done} jobs in {run.elapsed:.1f}s"
+
+
 async def play(
     url: str, name: str, backend: Backend, policy: PolicyName, progress: Progress
 ) -> Run:
@@ -122,93 +175,136 @@ async def play(
         await work()
 
     total = LOW_JOBS + NORMAL_JOBS + CRITICAL_JOBS
-    bar = progress.add_task(name, total=total)
+
+    def show() -> None:
+        progress.update(name, run.done, total)
+
     try:
         await app.enqueue_many_async([analytics.message() for _ in range(LOW_JOBS)])
         worker = Worker(app, WorkerConfig(concurrency=CONCURRENCY, policy=policy, idle_wait=0.2))
         started = time.monotonic()
         running = asyncio.create_task(worker.run())
-        await _until(lambda: run.done >= 200, progress, bar, run)
+        await _until(lambda: run.done >= 200, show)
         await app.enqueue_many_async([email.message(i) for i in range(NORMAL_JOBS)])
         for burst in range(CRITICAL_JOBS // CRITICAL_BURST):
             messages = [payment.message(burst * CRITICAL_BURST + i) for i in range(CRITICAL_BURST)]
             await app.enqueue_many_async(messages)
             await asyncio.sleep(0.1)  # pacing of the scenario's arrivals, not synchronisation
-        await _until(lambda: run.done >= total, progress, bar, run)
+        await _until(lambda: run.done >= total, show)
         run.elapsed = time.monotonic() - started
         worker.request_stop()
         await running
     finally:
         await _forget(app)
         await app.aclose()
+    progress.finished(run)
     return run
 
 
-async def _until(done: Callable[[], bool], progress: Progress, bar: TaskID, run: Run) -> None:
+async def _until(done: Callable[[], bool], show: Callable[[], None]) -> None:
     deadline = time.monotonic() + 60
     while not done():
         if time.monotonic() > deadline:
             raise TimeoutError("demo run did not finish within 60 s")
-        progress.update(bar, completed=run.done)
+        show()
         await asyncio.sleep(0.05)
-    progress.update(bar, completed=run.done)
+    show()
 
 
 async def _forget(app: App) -> None:
     """Delete the run's keys, so a demo against a real Redis leaves nothing behind."""
     client, _ = app.async_connection()
-    async for key in client.scan_iter(match=f"{app.keys.prefix}:*", count=1000):
-        await client.unlink(key)
+    # Translated: this runs on the way out of a run that failed too, where a raw redis-py
+    # error would replace the one-line lockgate error the run raised.
+    with translated(app.redis_url):
+        async for key in client.scan_iter(match=f"{app.keys.prefix}:*", count=1000):
+            await client.unlink(key)
 
 
-def report(runs: list[Run], levels: list[str], weights: dict[str, int]) -> Table:
-    """The results table."""
-    table = Table(title="lockgate demo: 5,000 low + 500 normal + 100 critical, concurrency 8")
-    for column in ("run", "level", "done", "p50 wait ms", "p99 wait ms", "share while all busy"):
-        table.add_column(column, justify="left" if column in ("run", "level") else "right")
+TITLE = "lockgate demo: 5,000 low + 500 normal + 100 critical, concurrency 8"
+# On a narrow terminal the long headers of the numbers wrap first (down to the width of
+# the numbers), then the names are cut.
+COLUMNS = (
+    Column("run", shrink="truncate", min_width=6, priority=1),
+    Column("level", shrink="truncate", min_width=4, priority=1),
+    Column("done", align="right"),
+    Column("p50 wait ms", align="right", shrink="wrap", min_width=7),
+    Column("p99 wait ms", align="right", shrink="wrap", min_width=7),
+    Column("share while all busy", align="right", shrink="wrap", min_width=6),
+)
+
+
+def report(
+    runs: list[Run], levels: list[str], weights: dict[str, int], width: int | None = None
+) -> list[str]:
+    """The results table, its title and its caption, as lines (pure).
+
+    Args:
+        runs: what each run recorded.
+        levels: the app's levels, highest first.
+        weights: each level's weight.
+        width: the most cells a line may take; None for no limit.
+
+    Returns:
+        The lines, without line ends.
+    """
+    rows = []
     for run in runs:
         shares = shares_while_all_busy(run.starts, levels)
         for level in levels:
             waits = run.waits.get(level, [])
-            table.add_row(
-                f"{run.name} ({run.elapsed:.1f}s)" if level == levels[0] else "",
-                level,
-                str(len(waits)),
-                f"{percentile_ms(waits, 50):.1f}",
-                f"{percentile_ms(waits, 99):.1f}",
-                f"{shares[level]:.1%}",
-                end_section=level == levels[-1],
+            rows.append(
+                (
+                    run.name if level == levels[0] else "",
+                    level,
+                    str(len(waits)),
+                    f"{percentile_ms(waits, 50):.1f}",
+                    f"{percentile_ms(waits, 99):.1f}",
+                    f"{shares[level]:.1%}",
+                )
             )
     total = sum(weights.values())
-    table.caption = (
+    caption = (
         "weights "
         + ":".join(str(w) for w in weights.values())
         + " = "
         + ", ".join(f"{level} {w / total:.1%}" for level, w in weights.items())
     )
-    return table
+    if width is None:
+        return [TITLE, *render(COLUMNS, rows), caption]
+    return [*wrap(TITLE, width), *render(COLUMNS, rows, width), *wrap(caption, width)]
 
 
-def run_demo(url: str | None) -> None:
+def run_demo(url: str | None, *, quiet: bool = True) -> None:
     """Play every run and print the table.
 
     Args:
         url: the Redis to play on; None uses ``$LOCKGATE_REDIS_URL``, else an embedded
             server started for the demo.
+        quiet: lower lockgate's own logging to warnings while the runs play (their
+            workers' start and stop lines would bury the progress).
+
+    Raises:
+        ConfigError: no URL, and no embedded server can be had.
+        ConnectionFailed: the server cannot be reached.
     """
-    console = Console()
-    logging.getLogger("lockgate").setLevel(logging.WARNING)  # keep the progress bars readable
+    if quiet:
+        logging.getLogger("lockgate").setLevel(logging.WARNING)
+    width = shutil.get_terminal_size((80, 24)).columns  # honours $COLUMNS
+    progress = Progress(sys.stdout, sys.stderr, live=sys.stderr.isatty(), width=width)
     # Resolved here, not only inside redis_url_or_embedded: the banner must name an
     # external server (set by the environment) as such, and never print its password.
     external = url or os.environ.get(REDIS_URL_ENV)
     with redis_url_or_embedded(external) as server_url:
         where = masked(server_url) if external else f"an embedded server ({server_url})"
-        console.print(f"lockgate demo on {where}")
-        runs = []
-        columns = (TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())  # fmt: skip
-        with Progress(*columns, console=console) as progress:
-            for name, backend, policy in RUNS:
-                runs.append(asyncio.run(play(server_url, name, backend, policy, progress)))
+        print(f"lockgate demo on {where}", flush=True)
+        try:
+            runs = [
+                asyncio.run(play(server_url, name, backend, policy, progress))
+                for name, backend, policy in RUNS
+            ]
+        finally:
+            progress.clear()
         levels = App(redis_url=server_url).levels
-        console.print(report(runs, list(levels.names), dict(levels.weights)))
+        lines = report(runs, list(levels.names), dict(levels.weights), width)
+        print("", *lines, sep="\n", flush=True)

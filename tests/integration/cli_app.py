@@ -3,15 +3,22 @@
 ``LOCKGATE_REDIS_URL`` picks the server and ``LOCKGATE_TEST_NAMESPACE`` the namespace.
 Tasks record what they did under the namespace's ``test`` prefix (see :func:`record_key`),
 so the test process can watch them and the namespace cleanup removes them.
+
+Importing it logs one DEBUG line, :data:`IMPORTED`: the CLI imports the app after it has
+set the log level, so the line shows which level a command ended up with.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from lockgate import App, current_job
 
+IMPORTED = "cli_app imported"
+
 app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "cli-test"))
+logging.getLogger(__name__).debug("%s (namespace %s)", IMPORTED, app.namespace)
 
 
 def record_key(name: str) -> str:

@@ -1,8 +1,9 @@
 """The ``lockgate dlq`` and ``lockgate stats`` commands against ``cli_app:app``.
 
-Commands run in-process through click's CliRunner (one through the real entry point in a
-subprocess). The app module reads its namespace from the environment and is imported
-afresh for each test.
+Commands run in-process through click's CliRunner, or through the real entry point in a
+subprocess where the process matters (log levels, worker processes) and at a real
+pseudo-terminal (prompts, the terminal's width). The app module reads its namespace from
+the environment and is imported afresh for each test.
 
 The dlq commands take the app first, as the README writes them: ``lockgate dlq MODULE:APP
 list``.
@@ -14,7 +15,9 @@ import asyncio
 import importlib
 import importlib.metadata
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +27,9 @@ from types import ModuleType
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from terminal import Terminal
 
+from conftest import wait_until_sync
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
 from lockgate.codec import Job, encode
@@ -32,6 +37,8 @@ from lockgate.deadletter import list_dead
 
 HERE = Path(__file__).parent
 SPEC = "cli_app:app"
+RUN_TIMEOUT = 60  # loose: a bound against hangs
+IMPORTED = "DEBUG cli_app: cli_app imported"  # cli_app.IMPORTED, logged at DEBUG
 
 
 @pytest.fixture
@@ -46,9 +53,11 @@ def cli(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iter
     sys.modules.pop("cli_app", None)
 
 
-def invoke(*args: str) -> Result:
-    # Wide enough that rich tables do not fold the values the tests look for.
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "400"})
+def invoke(*args: str, columns: int = 400) -> Result:
+    """Run the CLI in-process; stdin is no terminal. Tables get ``columns`` (by default
+    wide enough that nothing the tests look for is cut)."""
+    env = {"COLUMNS": str(columns)}
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
 
 
 def one_error_line(result: Result) -> str:
@@ -144,12 +153,12 @@ def test_dlq_replay_by_task_and_all(
     cli: ModuleType, dead: dict[str, str], rclient: redis.Redis
 ) -> None:
     rclient.set(cli.record_key("fixed"), 1)
-    by_task = invoke("dlq", SPEC, "replay", "--task", "email")
+    by_task = invoke("dlq", SPEC, "replay", "--task", "email", "--yes")
     assert by_task.exit_code == 0, by_task.output
     assert "replayed 1 of 1" in by_task.stdout
     assert {letter.job_id for letter in list_dead(cli.app)} == {"charge-A1", "charge-A2"}
 
-    everything = invoke("dlq", SPEC, "replay", "--all")
+    everything = invoke("dlq", SPEC, "replay", "--all", "--yes")
     assert everything.exit_code == 0, everything.output
     assert "replayed 2 of 2" in everything.stdout
     assert list_dead(cli.app) == []
@@ -158,7 +167,7 @@ def test_dlq_replay_by_task_and_all(
     assert charged == [b"charge-A1", b"charge-A2"]
     assert rclient.lrange(cli.record_key("emailed"), 0, -1) == [b"email-x"]
 
-    nothing = invoke("dlq", SPEC, "replay", "--all")
+    nothing = invoke("dlq", SPEC, "replay", "--all", "--yes")
     assert nothing.exit_code == 0 and "replayed 0 of 0" in nothing.stdout
 
 
@@ -214,7 +223,7 @@ def test_dlq_replay_of_an_undeclared_level_is_refused_until_another_is_named(
     undeclared = invoke("dlq", SPEC, "replay", entry_id, "--level", "urgent")
     assert undeclared.exit_code == 2
     assert "unknown priority 'urgent'" in one_error_line(undeclared)
-    unserved = invoke("dlq", SPEC, "replay", "--all", "--queue", "reports")
+    unserved = invoke("dlq", SPEC, "replay", "--all", "--queue", "reports", "--yes")
     assert unserved.exit_code == 2
     assert "queue 'reports' is not served by this app" in one_error_line(unserved)
     assert len(list_dead(cli.app)) == 1
@@ -305,3 +314,317 @@ def test_burst_with_several_processes_is_a_usage_error(cli: ModuleType) -> None:
     result = invoke("worker", SPEC, "--burst", "--processes", "2")
     assert result.exit_code == 2
     assert "--burst runs one worker process" in result.output
+
+
+# --- helpers for the tests below -------------------------------------------------------
+
+
+@pytest.fixture
+def env(redis_url: str, namespace: str) -> dict[str, str]:
+    """The environment of a ``lockgate`` subprocess for this test's Redis and namespace."""
+    return dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
+
+
+def lockgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the real ``lockgate`` command, with no terminal attached, to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate", *args],
+        cwd=HERE, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+
+
+def at_terminal(*args: str, env: dict[str, str], columns: int = 80) -> Terminal:
+    return Terminal([sys.executable, "-m", "lockgate", *args], cwd=HERE, env=env, columns=columns)
+
+
+# --- dlq list at the terminal's width ---------------------------------------------------
+
+LONG_ORDER = "order-" + "7" * 150 + " (the end)"
+LONG_JOB_ID = "charge-" + "x" * 60
+
+
+@pytest.fixture
+def long_dead(cli: ModuleType) -> dict[str, str]:
+    """Dead letters, one with a job id and an error longer than a terminal's line."""
+    cli.charge.enqueue(LONG_ORDER, job_id=LONG_JOB_ID)
+    cli.email.enqueue("x@example.com", job_id="email-x")
+    work_off(cli.app)
+    return {letter.job_id: letter.id for letter in list_dead(cli.app)}
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_dlq_list_fits_the_terminal_width(long_dead: dict[str, str], columns: int) -> None:
+    result = invoke("dlq", SPEC, "list", columns=columns)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) == columns, result.stdout  # the long row is cut
+    assert len(lines) == 2 + len(long_dead)  # title, header, one line per letter
+    letters = {letter: next(line for line in lines if line.startswith(entry_id))
+               for letter, entry_id in long_dead.items()}  # fmt: skip
+    # The ids stay whole: they are what show and replay take.
+    assert "ValueError: ca" in letters[LONG_JOB_ID]
+    assert letters[LONG_JOB_ID].endswith("…")
+    assert "(the end)" not in result.stdout
+    assert "email-x" in letters["email-x"] and "LookupError" in letters["email-x"]
+
+
+def test_dlq_list_wide_prints_every_column_and_the_whole_error(long_dead: dict[str, str]) -> None:
+    result = invoke("dlq", SPEC, "list", "--wide", columns=80)
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[1]
+    for column in ("id", "job id", "task", "queue/level", "reason", "error", "attempt",
+                   "deliveries", "failed at"):  # fmt: skip
+        assert column in header
+    assert f"ValueError: card declined for {LONG_ORDER}" in result.stdout
+    assert LONG_JOB_ID in result.stdout
+    assert "LookupError: no mailbox x@example.com" in result.stdout
+    assert "…" not in result.stdout
+
+
+def test_dlq_list_is_80_columns_when_stdout_is_no_terminal(
+    long_dead: dict[str, str], env: dict[str, str]
+) -> None:
+    env.pop("COLUMNS", None)
+    done = lockgate("dlq", SPEC, "list", env=env)
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) == 80, done.stdout
+
+
+def test_dlq_list_fits_a_real_terminal_of_60_columns(
+    long_dead: dict[str, str], env: dict[str, str]
+) -> None:
+    terminal = at_terminal("dlq", SPEC, "list", env=env, columns=60)
+    try:
+        assert terminal.finish() == 0, terminal.text
+    finally:
+        terminal.close()
+    lines = terminal.text.splitlines()
+    assert max(len(line) for line in lines) == 60, terminal.text
+    assert all(entry_id in terminal.text for entry_id in long_dead.values())
+
+
+def test_stats_table_fits_80_columns(cli: ModuleType) -> None:
+    cli.later.enqueue(1)
+    result = invoke("stats", SPEC, columns=80)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.stdout
+    assert lines[1].split() == ["queue", "level", "waiting", "pending", "delayed", "consumers",
+                                "oldest", "wait", "ms"]  # fmt: skip
+    assert lines[-1] == "dead letters: 0"
+
+
+# --- --log-level on every subcommand ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "debug"),
+    [
+        (["dlq", SPEC, "list", "--log-level", "DEBUG"], True),
+        (["dlq", "--log-level", "debug", SPEC, "list"], True),
+        (["--log-level", "DEBUG", "dlq", SPEC, "list"], True),  # the group's, as before
+        (["--log-level", "WARNING", "dlq", SPEC, "list", "--log-level", "DEBUG"], True),
+        (["--log-level", "DEBUG", "dlq", SPEC, "list", "--log-level", "WARNING"], False),
+        (["dlq", SPEC, "list"], False),  # INFO by default
+        (["stats", SPEC, "--log-level", "DEBUG"], True),
+        (["enqueue", SPEC, "later", "--args", "[1]", "--log-level", "DEBUG"], True),
+        (["--log-level", "ERROR", "worker", SPEC, "--burst", "--log-level", "DEBUG"], True),
+    ],
+)
+def test_the_subcommands_log_level_is_the_one_that_counts(
+    env: dict[str, str], args: list[str], debug: bool
+) -> None:
+    done = lockgate(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (IMPORTED in done.stderr) is debug, done.stderr
+
+
+@pytest.fixture
+def root_log_level() -> Iterator[None]:
+    """In-process commands set the root logger's level: put it back after."""
+    level = logging.getLogger().level
+    yield
+    logging.getLogger().setLevel(level)
+
+
+@pytest.mark.usefixtures("root_log_level")
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["stats", SPEC, "--json"], 0),
+        (["enqueue", SPEC, "later", "--args", "[1]"], 0),
+        (["dlq", SPEC, "list"], 0),
+        (["dlq", SPEC, "show", "0-1"], 2),
+        (["dlq", SPEC, "replay", "--all", "--yes"], 0),
+        (["dlq", SPEC, "trim"], 0),
+        (["dlq", SPEC, "purge", "--yes"], 0),
+        (["pg", "init", "--dsn", "host=127.0.0.1 port=1 dbname=test connect_timeout=5"], 2),
+        (["demo", "--url", "redis://127.0.0.1:1/0"], 2),
+    ],
+)
+def test_every_subcommand_takes_log_level(cli: ModuleType, args: list[str], code: int) -> None:
+    result = invoke(*args, "--log-level", "WARNING")
+    assert result.exit_code == code, result.output
+    if code:  # the command's own one-line error, not a usage error about the option
+        one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--log-level", "DEBUG", "worker", SPEC, "--processes", "2"],
+        ["--log-level", "ERROR", "worker", SPEC, "--processes", "2", "--log-level", "DEBUG"],
+    ],
+)
+def test_worker_processes_get_the_effective_log_level(
+    env: dict[str, str], tmp_path: Path, args: list[str]
+) -> None:
+    log = tmp_path / "supervisor.log"
+    with log.open("wb") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "lockgate", *args],
+            cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        # Only the workers import the app: its DEBUG line twice is both of them at DEBUG.
+        wait_until_sync(
+            lambda: log.read_text().count(IMPORTED) >= 2,
+            message="both worker processes logging at DEBUG",
+        )
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(RUN_TIMEOUT) == 0, log.read_text()
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(10)
+
+
+# --- worker --queues naming a queue the app does not use -------------------------------
+
+
+def test_queues_no_task_uses_are_one_warning_and_the_worker_goes_on(
+    cli: ModuleType, env: dict[str, str], rclient: redis.Redis
+) -> None:
+    cli.later.enqueue(7)
+    done = lockgate("worker", SPEC, "--burst", "--queues", "default, nowhere,elsewhere", env=env)
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, done.stderr
+    assert warnings[0].endswith(
+        "--queues names nowhere, elsewhere, which no task of the app uses "
+        "(its queues: default, mail); serving it anyway"
+    )
+    assert rclient.lrange(cli.record_key("later"), 0, -1) == [b"7"]
+
+
+def test_queues_the_app_uses_give_no_warning(cli: ModuleType, env: dict[str, str]) -> None:
+    done = lockgate("worker", SPEC, "--burst", "--queues", "mail,default", env=env)
+    assert done.returncode == 0, done.stderr
+    assert " WARNING " not in done.stderr
+
+
+# --- dlq help without an importable app -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["dlq", "--help"],
+        ["dlq", "no_such_module:app", "--help"],
+        *(["dlq", "no_such_module:app", command, "--help"]
+          for command in ("list", "show", "replay", "trim", "purge")),
+    ],
+)  # fmt: skip
+def test_dlq_help_needs_no_importable_app(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args, prog_name="lockgate", catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("Usage: lockgate dlq")
+
+
+def test_a_dlq_command_still_reports_an_app_that_cannot_be_imported() -> None:
+    result = CliRunner().invoke(main, ["dlq", "no_such_module:app", "list"])
+    assert result.exit_code == 2
+    assert "cannot import 'no_such_module'" in result.stderr
+
+
+# --- confirmation of purge and bulk replays ---------------------------------------------
+
+BULK = [["purge"], ["replay", "--all"], ["replay", "--task", "charge"]]
+
+
+def nothing_touched(cli: ModuleType, rclient: redis.Redis, dead: dict[str, str]) -> None:
+    assert {letter.job_id: letter.id for letter in list_dead(cli.app)} == dead
+    assert not [job_id for job_id in dead if rclient.exists(cli.app.keys.job(job_id))]
+
+
+@pytest.mark.parametrize("args", BULK)
+def test_bulk_changes_without_a_terminal_or_yes_are_refused_touching_nothing(
+    cli: ModuleType, dead: dict[str, str], rclient: redis.Redis, args: list[str]
+) -> None:
+    result = invoke("dlq", SPEC, *args)
+    assert result.exit_code == 2, result.output
+    assert "stdin is not a terminal); pass --yes" in one_error_line(result)
+    assert result.stdout == ""
+    nothing_touched(cli, rclient, dead)
+
+
+@pytest.mark.parametrize(
+    ("args", "done"),
+    [
+        (["purge", "--yes"], "purged 3 dead letters"),
+        (["replay", "--all", "--yes"], "replayed 3 of 3"),
+        (["replay", "--task", "charge", "--yes"], "replayed 2 of 2"),
+        (["replay", "--yes", "--task", "email"], "replayed 1 of 1"),
+    ],
+)
+def test_bulk_changes_with_yes_go_ahead_without_a_terminal(
+    cli: ModuleType, dead: dict[str, str], args: list[str], done: str
+) -> None:
+    result = invoke("dlq", SPEC, *args)
+    assert result.exit_code == 0, result.output
+    assert done in result.stdout
+    assert len(list_dead(cli.app)) == 3 - int(done.split()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "question", "done", "left"),
+    [
+        (["purge"], "delete all 3 dead letters of", "purged 3 dead letters", 0),
+        (["replay", "--all"], "replay 3 dead letters of", "replayed 3 of 3", 0),
+        (["replay", "--task", "charge"], "replay 2 dead letters of task 'charge' of",
+         "replayed 2 of 2", 1),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_bulk_changes_ask_at_a_terminal(
+    cli: ModuleType, dead: dict[str, str], rclient: redis.Redis, env: dict[str, str],
+    args: list[str], question: str, done: str, left: int, answer: str,
+) -> None:  # fmt: skip
+    terminal = at_terminal("dlq", SPEC, *args, env=env)
+    try:
+        terminal.expect(question)
+        terminal.expect("[y/N]")
+        terminal.type(f"{answer}\n")
+        code = terminal.finish()
+    finally:
+        terminal.close()
+    if answer == "y":
+        assert code == 0, terminal.text
+        assert done in terminal.text
+        assert len(list_dead(cli.app)) == left
+    else:
+        assert code == 1, terminal.text
+        assert "Aborted" in terminal.text and done not in terminal.text
+        nothing_touched(cli, rclient, dead)
+
+
+def test_a_single_replay_does_not_ask_at_a_terminal(
+    cli: ModuleType, dead: dict[str, str], env: dict[str, str]
+) -> None:
+    terminal = at_terminal("dlq", SPEC, "replay", dead["email-x"], env=env)
+    try:
+        assert terminal.finish() == 0, terminal.text
+    finally:
+        terminal.close()
+    assert "replayed 1 of 1" in terminal.text and "[y/N]" not in terminal.text
