@@ -428,3 +428,31 @@ async def test_a_second_stop_request_cancels_running_jobs(
     assert worker.processed == 0
     assert "second stop request" in caplog.text
     assert rclient.xpending(app.keys.stream("default", "normal"), GROUP)["pending"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_burst_worker_exits_once_its_last_settle_lands(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    """A burst worker does not sleep out its idle wait for its own last settles.
+
+    On the sorted backend a job stays in flight (with a lease) until its settle lands, and
+    a read made before that saw "work later" and blocked for the whole idle wait, which is
+    far longer than the hang bound here.
+    """
+    app = make_app(backend=backend)
+    done: list[int] = []
+
+    @app.task
+    async def job(n: int) -> None:
+        done.append(n)
+
+    app.enqueue_many([job.message(n) for n in range(40)])
+    worker = worker_for(app, concurrency=4, idle_wait=60.0)
+    started = time.monotonic()
+    await asyncio.wait_for(worker.run(burst=True), timeout=30)
+    # The last settle lands within milliseconds; waiting for a lease or the idle wait
+    # took 15 s or more. A loose bound against that hang, not a timing goal.
+    assert time.monotonic() - started < 5.0
+    assert sorted(done) == list(range(40))
+    assert worker.processed == 40
