@@ -124,7 +124,7 @@ class Worker:
         self._wake.set()
 
     async def run(self, *, install_signal_handlers: bool = False, burst: bool = False) -> None:
-        """Run until :meth:`request_stop` (or SIGTERM/SIGINT when handlers are installed).
+        """Run until [request_stop][lockgate.Worker.request_stop] (or a signal, if handled).
 
         Args:
             install_signal_handlers: stop gracefully on SIGTERM and SIGINT (twice: now).
@@ -215,7 +215,7 @@ class Worker:
                     log.debug("%s: %s; the worker stops", name, e)
                     self._fail(e)
                     return
-                # NOSCRIPT: redis-py loads the script again on the next call.
+                # Function not found: the script runners load the library on the next call.
                 delay = 0.0 if fault == "reload" else reconnect_delay(failures)
                 log.error("%s: %s; retrying in %.1fs", name, e, delay)
             except Exception as e:  # a bug must not stop the loop silently either
@@ -258,12 +258,15 @@ class Worker:
         for delivery in result.deliveries:
             self._start(delivery)
         if not result.deliveries:
-            if self._burst and result.next_due is None:
+            if self._burst:
                 if self._running or (self._settler is not None and len(self._settler)):
-                    return True  # wait for the last jobs, then look once more
-                log.info("burst: nothing left to do")
-                self._stopping.set()
-                return False
+                    # Wait for the last runs and their settles, then look once more: a
+                    # read made before a settle lands sees its job still in flight.
+                    return True
+                if result.next_due is None:
+                    log.info("burst: nothing left to do")
+                    self._stopping.set()
+                    return False
             timeout = self.config.idle_wait_seconds
             if result.next_due is not None:
                 timeout = min(timeout, result.next_due + 0.002)
@@ -340,6 +343,7 @@ class Worker:
         self._settler.add(ending)
 
     def _applied(self, ending: Ending, owned: bool) -> None:
+        self._wake.set()  # a slot may be free, and a burst worker may be done
         if not owned:
             return
         kind = ending.outcome.kind
@@ -349,7 +353,6 @@ class Worker:
             self.dead += 1
         elif ending.outcome.error is not None:
             self.retried += 1
-        self._wake.set()
 
     async def _unless_stopping(self, waiting: Awaitable[None], *, closing: bool = False) -> None:
         """Await ``waiting``, abandoning it when a stop (or, for helpers, closing) comes."""
