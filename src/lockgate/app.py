@@ -55,7 +55,8 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A job built by :meth:`Task.message`, ready for :meth:`App.enqueue_many`.
+    """A job built by [Task.message][lockgate.Task.message], ready for
+    [App.enqueue_many][lockgate.App.enqueue_many].
 
     Attributes:
         job: the job.
@@ -138,7 +139,7 @@ class Task(Generic[P, R]):
         eta: datetime | None = None,
         **kwargs: Any,
     ) -> Message:
-        """Build a job without sending it (for :meth:`App.enqueue_many`).
+        """Build a job without sending it (for [App.enqueue_many][lockgate.App.enqueue_many]).
 
         Args:
             job_id: stable id; a job with the same id already queued, delayed or running
@@ -154,7 +155,7 @@ class Task(Generic[P, R]):
             SerializationError: a value would not arrive as it is: it has no JSON form,
                 nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
                 another value or type (a ``date`` for an unannotated parameter, NaN, a
-                tuple where no annotation asks for one). See :mod:`lockgate.arguments`.
+                tuple where no annotation asks for one). See `lockgate.arguments`.
             ConfigError: unknown priority, or both delay and eta.
         """
         self.schema.check(args, kwargs)
@@ -182,10 +183,16 @@ class Task(Generic[P, R]):
     ) -> EnqueueResult:
         """Queue a run of this task (sync; for Django, Flask and scripts).
 
-        Takes the arguments of :meth:`message`.
+        Takes the arguments of [message][lockgate.Task.message].
+
+        Returns:
+            The job's id, and whether it was created (False for a duplicate id).
 
         Raises:
-            InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, or both delay and eta.
+            SerializationError: an argument would not arrive as it is.
+            ConnectionFailed: Redis cannot be reached.
         """
         message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
@@ -201,10 +208,18 @@ class Task(Generic[P, R]):
         eta: datetime | None = None,
         **kwargs: Any,
     ) -> EnqueueResult:
-        """Queue a run of this task (async). Takes the arguments of :meth:`message`.
+        """Queue a run of this task (async).
+
+        Takes the arguments of [message][lockgate.Task.message].
+
+        Returns:
+            The job's id, and whether it was created (False for a duplicate id).
 
         Raises:
-            InvalidArguments, ConfigError, SerializationError, ConnectionFailed.
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, or both delay and eta.
+            SerializationError: an argument would not arrive as it is.
+            ConnectionFailed: Redis cannot be reached.
         """
         message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
@@ -363,7 +378,7 @@ class App:
             name: its name on the wire; defaults to the function's name.
             retries: how often a job that raised ``RetryableError`` (or a ``retry_on``
                 type, or ran over ``timeout``) is retried before it is dead-lettered.
-            backoff: a :class:`Backoff`, or the first retry's delay ceiling in seconds
+            backoff: a [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
                 (doubling per attempt, capped at 5 minutes, full jitter).
             timeout: longest run; async runs are cancelled, sync ones abandoned.
             retry_on: exception types retried like ``RetryableError``.
@@ -473,7 +488,7 @@ class App:
         return bool(counted), int(value)
 
     def counter(self, name: str) -> int:
-        """The current value of a counter kept by :meth:`incr_once`."""
+        """The current value of a counter kept by [incr_once][lockgate.App.incr_once]."""
         client, _ = self.sync_connection()
         with translated(self.redis_url):
             value = client.get(self.keys.counter(name))
@@ -510,7 +525,7 @@ class App:
         return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
 
     async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
-        """Async :meth:`enqueue_many`."""
+        """Async [enqueue_many][lockgate.App.enqueue_many]."""
         jobs, plan = self._plan(messages)
         if not jobs:
             return []

@@ -48,7 +48,7 @@ class JobContext:
         Its done marker lasts ``ttl``, by default the task's ``idempotency_ttl``.
 
         Each step has its own key, so a retry reruns exactly the steps that did not
-        finish. A finished step raises :class:`~lockgate.errors.StepDone` (an
+        finish. A finished step raises [StepDone][lockgate.StepDone] (an
         ``AlreadyProcessed``) on entry; write ``with suppress(AlreadyProcessed),
         job.step("email"):`` to skip it and go on with the next step.
 
