@@ -304,6 +304,10 @@ class JobRunner:
                 async with asyncio.timeout_at(deadline):
                     return await asyncio.shield(running)
             except TimeoutError:
+                if running.done():
+                    # The task's own TimeoutError (or it ended as the timeout fired): its
+                    # outcome, not the timeout's. Waiting on would raise it again at once.
+                    return running.result()
                 if call.abandon(self._claim_finisher(run)):
                     raise Abandoned(
                         f"task {run.task.name!r} ran over its timeout of {timeout:g}s"

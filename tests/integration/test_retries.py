@@ -106,6 +106,36 @@ async def test_retry_on_types_are_retried_and_others_are_not(
     assert (letters["value"].reason, letters["value"].attempt) == ("failed", 1)
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+async def test_a_sync_task_raising_timeout_error_is_its_own_failure(
+    make_app: Callable[..., App], timeout: float | None
+) -> None:
+    """A sync task that raises TimeoutError itself (an HTTP client's, say) failed: it is
+    retried when asked and dead-lettered with its own message, and the worker goes on.
+
+    The runner's wait on the thread read that TimeoutError as its own timeout firing and
+    spun on it for ever: the event loop froze, with or without a task timeout.
+    """
+    app = make_app()
+    attempts: Counter[str] = Counter()
+
+    @app.task(retries=1, backoff=0.01, retry_on=(TimeoutError,), timeout=timeout)
+    def call_partner(recovers: bool) -> None:
+        attempts[current_job().job_id] += 1
+        if not (recovers and current_job().attempt > 1):
+            raise TimeoutError("the partner did not answer")
+
+    call_partner.enqueue(True, job_id="recovers")
+    call_partner.enqueue(False, job_id="never")
+    worker = worker_for(app, concurrency=2)
+    await asyncio.wait_for(worker.run(burst=True), timeout=30)
+    assert attempts == {"recovers": 2, "never": 2}
+    (letter,) = list_dead(app)
+    assert (letter.job_id, letter.reason, letter.error_type, letter.error) == (
+        "never", "retries exhausted", "TimeoutError", "the partner did not answer"
+    )
+
+
 async def test_a_job_that_recovers_within_its_retries_is_acked(
     make_app: Callable[..., App], rclient: redis.Redis
 ) -> None:
