@@ -9,6 +9,8 @@ Forms taken (every one by ``App(redis_url=...)``, ``$LOCKGATE_REDIS_URL`` and ``
   ``rediss+sentinel://``: the primary that the Sentinels name ``SERVICE``; the user-info is
   the data nodes' (``sentinel_password=`` and ``sentinel_username=`` are the Sentinels').
 
+:func:`masked` hides a URL's secrets wherever one is printed.
+
 Query options (``ssl_ca_certs=``, ``ssl_certfile=``, ``ssl_keyfile=``, ...) apply to every
 node. Each node's own URL (:meth:`Address.node_url`) is a plain single-server URL, which
 the client library reads.
@@ -16,9 +18,10 @@ the client library reads.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import parse_qsl, quote, unquote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode
 
 from lockgate.errors import ConfigError
 
@@ -26,6 +29,8 @@ Kind = Literal["server", "seeds", "sentinel", "unix"]
 DEFAULT_PORT = 6379
 DEFAULT_SENTINEL_PORT = 26379
 SENTINEL_OPTIONS = ("sentinel_password", "sentinel_username")
+# Query parameters whose value is a secret: password, ssl_password, token, api_key, ...
+SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|credential|auth|(^|_)key$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -171,3 +176,34 @@ def _db(segment: str) -> int:
     if not segment.isdigit():
         raise ConfigError(f"the database number must be a whole number, got {segment!r}")
     return int(segment)
+
+
+def masked(url: str) -> str:
+    """The URL with its secrets replaced by ``***``, for messages and logs.
+
+    Masked: the password of the user-info (``redis://user:pw@host``) and the value of each
+    query parameter whose name says secret (``?password=``, ``ssl_password=``, ``token=``,
+    ...). Everything else is kept as written. Never raises, even on a malformed URL.
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        # The user-info ends at the last "@" before the path, as urllib reads it; a
+        # password with an unescaped "?" or "#" is masked too (urllib would cut it short).
+        authority, slash, path = rest.partition("/")
+        userinfo, at, host = authority.rpartition("@")
+        if at and ":" in userinfo:
+            user = userinfo.partition(":")[0]
+            url = f"{scheme}://{user}:***@{host}{slash}{path}"
+    head, question, query = url.partition("?")
+    if not question:
+        return url
+    query, hash_, fragment = query.partition("#")
+    query = "&".join(_masked_parameter(parameter) for parameter in query.split("&"))
+    return f"{head}?{query}{hash_}{fragment}"
+
+
+def _masked_parameter(parameter: str) -> str:
+    name, equals, _ = parameter.partition("=")
+    if equals and SECRET_PARAMETER.search(unquote_plus(name)):
+        return f"{name}=***"
+    return parameter

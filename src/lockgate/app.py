@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-import redis
-import redis.asyncio as aioredis
-
 from lockgate import codec
 from lockgate.arguments import Schema
-from lockgate.broker import EnqueuePlan, Outgoing, Producer, async_client, sync_client, translated
+from lockgate.broker import EnqueuePlan, Outgoing, Producer
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
+from lockgate.connections import AsyncClient, SyncClient, open_async_client, sync_client
 from lockgate.errors import ConfigError, SerializationError
+from lockgate.faults import translated
 from lockgate.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_TTL,
@@ -323,8 +322,8 @@ class App:
         )
         self.lease_keeper = LeaseKeeper(self)
         self._lock = threading.Lock()
-        self._sync: tuple[redis.Redis, SyncScripts] | None = None
-        self._async: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncScripts]] = {}
+        self._sync: tuple[SyncClient, SyncScripts] | None = None
+        self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
         _APPS.add(self)
 
     @property
@@ -529,12 +528,12 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        _, scripts = self.async_connection()
+        _, scripts = await self.async_connection()
         with translated(self.redis_url):
             replies = await scripts.run_all(plan.calls)
         return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
 
-    def sync_connection(self) -> tuple[redis.Redis, SyncScripts]:
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
         """The app's shared sync client and its scripts (created on first use)."""
         with self._lock:
             if self._sync is None:
@@ -542,29 +541,32 @@ class App:
                 self._sync = (client, SyncScripts(client))
             return self._sync
 
-    def async_connection(self) -> tuple[aioredis.Redis, AsyncScripts]:
+    async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
         """The running loop's async client and its scripts (created on first use)."""
         # redis.asyncio clients belong to one event loop; keep one per loop.
         loop = asyncio.get_running_loop()
         pair = self._async.get(loop)
-        if pair is None:
-            for old in [old for old in self._async if old.is_closed()]:
-                del self._async[old]
-            client = async_client(self.redis_url)
-            pair = self._async[loop] = (client, AsyncScripts(client))
+        if pair is not None:
+            return pair
+        for old in [old for old in self._async if old.is_closed()]:
+            del self._async[old]
+        client = await open_async_client(self.redis_url)
+        pair = self._async.setdefault(loop, (client, AsyncScripts(client)))
+        if pair[0] is not client:  # another caller of this loop made one meanwhile
+            await client.aclose()
         return pair
 
-    def adopt_async_client(self, client: aioredis.Redis) -> None:
+    def adopt_async_client(self, client: AsyncClient) -> None:
         """Use ``client`` for this loop's async calls, unless the loop already has one."""
         self._async.setdefault(asyncio.get_running_loop(), (client, AsyncScripts(client)))
 
-    def release_async_client(self, client: aioredis.Redis) -> None:
+    def release_async_client(self, client: AsyncClient) -> None:
         """Stop using an adopted ``client`` (its owner is about to close it)."""
         loop = asyncio.get_running_loop()
         if self._async.get(loop, (None,))[0] is client:
             del self._async[loop]
 
-    def client(self) -> redis.Redis:
+    def client(self) -> SyncClient:
         """The app's sync Redis client (shared; for inspection and tests)."""
         return self.sync_connection()[0]
 

@@ -1,4 +1,5 @@
-"""What every storage backend provides, and the Redis connection with its error translation.
+"""What every storage backend provides: deliveries, settlements, the producer and consumer
+contracts, and the translation of pipelined replies.
 
 Backends (:mod:`lockgate.stream_broker`, :mod:`lockgate.sorted_broker`) are the only
 modules that talk to Redis about jobs. Each has two halves: pure builders of enqueue script
@@ -7,49 +8,22 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import re
-import socket
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import unquote_plus, urlsplit
-
-import redis
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from lockgate import faults
+from lockgate.addresses import masked
 from lockgate.codec import Job
-from lockgate.errors import BrokerError, ConfigError, ConnectionFailed
+from lockgate.connections import AsyncClient
+from lockgate.errors import BrokerError
+from lockgate.faults import translated
 from lockgate.lua import Arg, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
-from lockgate.packing import with_hiredis_packing
 
 ENQUEUE_BATCH = 500
-# Probe an idle connection after 20 s, then every 10 s; 3 misses and it is dead.
-KEEPALIVE = {socket.TCP_KEEPIDLE: 20, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
-# Seconds: a connect (TCP or Unix) that takes longer fails.
-CONNECT_TIMEOUT = 5.0
-# Seconds for a worker's first PING, connect included. An open port that is not Redis
-# accepts the connection and never answers, and the worker's client has no socket timeout
-# (see async_client) that would notice.
-HANDSHAKE_TIMEOUT = 5.0
-# Seconds a reply may take on clients whose calls never block on the server.
-SOCKET_TIMEOUT = 5.0
-# Seconds an async caller waits for a free pooled connection: a full pool is load, not a
-# fault, so the wait is long; past it the call fails as a connection error.
-POOL_WAIT_TIMEOUT = 60.0
-SYNC_MAX_CONNECTIONS = 512
-# Pool size when the caller names none (redis-py's own default).
-DEFAULT_MAX_CONNECTIONS = 100
-# Query parameters whose value is a secret: password, ssl_password, token, api_key, ...
-SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|credential|auth|(^|_)key$", re.IGNORECASE)
-
 log = logging.getLogger(__name__)
 
 
@@ -282,7 +256,7 @@ class Consumer(Protocol):
         """Keep running (or not yet settled) deliveries from going to another worker."""
 
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> AsyncClient:
         """The consumer's Redis client."""
 
     async def close(self) -> None:
@@ -303,196 +277,6 @@ def batches(count: int, size: int = ENQUEUE_BATCH) -> Iterator[range]:
         yield range(start, min(start + size, count))
 
 
-def masked(url: str) -> str:
-    """The URL with its secrets replaced by ``***``, for messages and logs.
-
-    Masked: the password of the user-info (``redis://user:pw@host``) and the value of each
-    query parameter whose name says secret (``?password=``, ``ssl_password=``, ``token=``,
-    ...). Everything else is kept as written. Never raises, even on a malformed URL.
-    """
-    scheme, separator, rest = url.partition("://")
-    if separator:
-        # The user-info ends at the last "@" before the path, as urllib reads it; a
-        # password with an unescaped "?" or "#" is masked too (urllib would cut it short).
-        authority, slash, path = rest.partition("/")
-        userinfo, at, host = authority.rpartition("@")
-        if at and ":" in userinfo:
-            user = userinfo.partition(":")[0]
-            url = f"{scheme}://{user}:***@{host}{slash}{path}"
-    head, question, query = url.partition("?")
-    if not question:
-        return url
-    query, hash_, fragment = query.partition("#")
-    query = "&".join(_masked_parameter(parameter) for parameter in query.split("&"))
-    return f"{head}?{query}{hash_}{fragment}"
-
-
-def _masked_parameter(parameter: str) -> str:
-    name, equals, _ = parameter.partition("=")
-    if equals and SECRET_PARAMETER.search(unquote_plus(name)):
-        return f"{name}=***"
-    return parameter
-
-
-def _connection_options(url: str, socket_timeout: float | None) -> dict[str, Any]:
-    """Keyword arguments for every connection to ``url``, suited to its transport."""
-    options: dict[str, Any] = {
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        "socket_timeout": socket_timeout,
-        "health_check_interval": 30,
-    }
-    # Keepalive is a TCP option: redis-py's Unix socket connections reject it (TypeError).
-    if urlsplit(url).scheme.lower() != "unix":
-        options["socket_keepalive"] = True
-        options["socket_keepalive_options"] = KEEPALIVE
-    return options
-
-
-def async_client(
-    url: str,
-    *,
-    socket_timeout: float | None = SOCKET_TIMEOUT,
-    max_connections: int | None = None,
-) -> aioredis.Redis:
-    """An async client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
-
-    Its pool blocks: a call that finds every connection busy waits for one (up to
-    ``POOL_WAIT_TIMEOUT``) instead of failing with "Too many connections".
-
-    Args:
-        socket_timeout: longest wait for a reply. None for a worker: its blocking reads
-            outlast any fixed timeout, redis-py wraps every read and write in
-            ``wait_for`` when one is set (a cost per command, and on Python 3.11 a
-            cancellation that can be absorbed), and TCP keepalive (dead peer noticed
-            within about a minute) plus health checks cover a connection whose server
-            vanished.
-        max_connections: the pool's size (default ``DEFAULT_MAX_CONNECTIONS``); size it
-            to the number of calls that may be in flight at once.
-
-    Raises:
-        ConfigError: the URL is not a Redis URL, or ``max_connections`` is below 1.
-    """
-    size = DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections
-    if size < 1:
-        raise ConfigError(f"max_connections must be at least 1, got {size}")
-    try:
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=size,
-            timeout=POOL_WAIT_TIMEOUT,
-            # One retry: a pooled connection that a server restart closed is replaced
-            # instead of failing the call (from_url clients get none by default).
-            retry=Retry(NoBackoff(), 1),
-            **_connection_options(url, socket_timeout),
-        )
-    except ValueError as e:
-        raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
-    return aioredis.Redis.from_pool(with_hiredis_packing(pool))
-
-
-async def connect_worker_client(url: str, *, max_connections: int) -> aioredis.Redis:
-    """A worker's async client for ``url``, checked to be a Redis server that answers.
-
-    The client has no socket timeout (see :func:`async_client`), so its first PING,
-    connect included, is bounded by ``HANDSHAKE_TIMEOUT`` here: an open port that is not
-    Redis would otherwise hang the worker silently. On failure the client is closed.
-
-    Args:
-        url: the Redis URL.
-        max_connections: the pool's size: the worker's concurrency plus its own loops.
-
-    Returns:
-        The connected client; the caller closes it.
-
-    Raises:
-        ConfigError: the URL is not a Redis URL, or ``max_connections`` is below 1.
-        ConnectionFailed: nothing answers at the URL, or what answers is not Redis.
-        BrokerError: the server refused the client (a wrong password, an ACL: see
-            :mod:`lockgate.faults` for which error).
-    """
-    client = async_client(url, socket_timeout=None, max_connections=max_connections)
-    try:
-        await _first_ping(client, url)
-    except BaseException:
-        await client.aclose()
-        raise
-    return client
-
-
-async def _first_ping(client: aioredis.Redis, url: str) -> None:
-    not_redis = "is this a Redis server?"
-    try:
-        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-            with translated(url):
-                try:
-                    await client.ping()
-                except redis.exceptions.InvalidResponse as e:
-                    reason = f"not a Redis reply ({e}): {not_redis}"
-                    raise ConnectionFailed(masked(url), reason) from e
-    except TimeoutError as e:
-        reason = f"no Redis reply within {HANDSHAKE_TIMEOUT:g} s: {not_redis}"
-        raise ConnectionFailed(masked(url), reason) from e
-
-
-async def server_warnings(client: aioredis.Redis) -> list[str]:
-    """What in the server's configuration puts jobs at risk, as lines for a log.
-
-    An evicting ``maxmemory-policy`` lets Redis delete keys under memory pressure, queued
-    jobs' streams and done markers among them, without an error; only ``noeviction``
-    (writes refused when memory is full) keeps them. A server that refuses CONFIG GET
-    (an ACL, a managed Redis) gives no warning: this is advice, never a reason to stop.
-
-    Returns:
-        One text per risk found; empty when none is, or when the server would not say.
-    """
-    try:
-        reply: Mapping[Any, Any] = await client.config_get("maxmemory-policy")
-    except (redis.RedisError, OSError) as e:
-        log.debug("maxmemory-policy not checked: the server would not say (%s)", e)
-        return []
-    policy = next((text(v) for k, v in reply.items() if text(k) == "maxmemory-policy"), None)
-    if policy is None or policy == "noeviction":
-        return []
-    return [
-        f"maxmemory-policy is {policy!r}: under memory pressure Redis may silently evict "
-        "queued jobs and done markers; set it to 'noeviction'"
-    ]
-
-
-def sync_client(url: str) -> redis.Redis:
-    """A sync client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
-
-    For producers and the CLI: none of their calls block on the server, so every call is
-    bounded by the connect and socket timeouts (a server that vanished, or a port that is
-    not Redis, fails the call instead of hanging it).
-
-    Raises:
-        ConfigError: the URL is not a Redis URL.
-    """
-    try:
-        # Blocking, and larger than redis-py's 100: a Django app's or a worker's threads
-        # (claims inside sync tasks, the lease keeper) wait for a connection instead of
-        # failing with "Too many connections"; connections are only made when needed.
-        pool = redis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=SYNC_MAX_CONNECTIONS,
-            timeout=POOL_WAIT_TIMEOUT,
-            **_connection_options(url, SOCKET_TIMEOUT),
-        )
-    except ValueError as e:
-        raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
-    return redis.Redis.from_pool(pool)
-
-
-@contextlib.contextmanager
-def translated(url: str) -> Iterator[None]:
-    """Turn redis-py errors raised inside the block into lockgate's own (see faults)."""
-    try:
-        yield
-    except (redis.RedisError, OSError) as e:
-        raise faults.translate(e, masked(url)) from e
-
-
 def safe_call(call: ScriptCall) -> ScriptCall:
     """The call with its text arguments as UTF-8 bytes, anything unencodable escaped.
 
@@ -507,7 +291,7 @@ def translated_replies(replies: Sequence[Any], url: str) -> list[Any]:
     """Pipeline replies with each call's error translated into a lockgate error."""
     out: list[Any] = []
     for reply in replies:
-        if isinstance(reply, redis.RedisError | OSError):
+        if isinstance(reply, faults.REDIS_FAULTS):
             reply = faults.translate(reply, masked(url))
         elif isinstance(reply, Exception):
             reply = BrokerError(f"{type(reply).__name__}: {reply}")

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import click
 
 from lockgate import deadletter
+from lockgate.addresses import masked
 from lockgate.app import App
-from lockgate.broker import masked
 from lockgate.config import REDIS_URL_ENV, WorkerConfig
 from lockgate.errors import (
     ConfigError,
@@ -459,7 +459,8 @@ def dlq_table(letters: list[deadletter.DeadLetter], width: int | None) -> list[s
 @dlq.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--wide", is_flag=True, help="Every column, the full error text, whatever the width.")
-@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="List at most this many, oldest first.")  # fmt: skip
 @log_level_option
 @click.pass_obj
 def dlq_list(load: Callable[[], App], as_json: bool, wide: bool, limit: int) -> None:

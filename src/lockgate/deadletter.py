@@ -14,8 +14,9 @@ from typing import Any
 
 from lockgate import codec
 from lockgate.app import App, Message
-from lockgate.broker import Delivery, text, translated
+from lockgate.broker import Delivery, text
 from lockgate.errors import ConfigError, SerializationError
+from lockgate.faults import translated
 from lockgate.lua import ScriptCall
 from lockgate.outcome import ErrorInfo
 

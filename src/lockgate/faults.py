@@ -7,6 +7,7 @@
 | CLUSTERDOWN, NOREPLICAS, NOT BUSY... (the server says "later") |                    |           |
 | Function not found, NOSCRIPT (a fresh or flushed server)      | ScriptError        | reload    |
 | NOPERM, WRONGPASS, NOAUTH, unknown command                    | AccessDenied       | fatal     |
+| a cluster client's own refusal (slot not covered, ...)        | ServerBusy         | transient |
 | anything else the server refused                              | BrokerError        | transient |
 
 A transient fault is retried with capped backoff and the worker stays up; ``reload`` is
@@ -18,11 +19,14 @@ nothing that settles a job is ever dropped: it is logged at each retry.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal
 
 import redis
-from redis.exceptions import NoPermissionError, NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisClusterException
 
+from lockgate.addresses import masked
 from lockgate.errors import (
     AccessDenied,
     BrokerError,
@@ -33,6 +37,9 @@ from lockgate.errors import (
 )
 
 Fault = Literal["transient", "reload", "fatal"]
+# What a Redis call may raise: redis-py's errors, its cluster client's own (which are not
+# RedisErrors: a slot not covered mid-failover), and the socket's.
+REDIS_FAULTS = (redis.RedisError, RedisClusterException, OSError)
 
 # Error codes (the reply's first word) that mean "not now": the server is alive and will
 # take the same command later. Redis documents them under each command and in
@@ -48,8 +55,10 @@ def _code(message: str) -> str:
     return message.split(" ", 1)[0].upper() if message else ""
 
 
-def translate(error: redis.RedisError | OSError, url: str) -> LockgateError:
+def translate(error: redis.RedisError | RedisClusterException | OSError, url: str) -> LockgateError:
     """The lockgate error for a redis-py error (``url`` already masked)."""
+    if isinstance(error, RedisClusterException):
+        return ServerBusy(f"Redis Cluster at {url}: {error or type(error).__name__}")
     if isinstance(error, redis.AuthenticationError | NoPermissionError):
         return AccessDenied(f"Redis at {url} refused access: {error}")
     if isinstance(error, redis.ConnectionError | redis.TimeoutError | OSError):
@@ -68,6 +77,16 @@ def translate(error: redis.RedisError | OSError, url: str) -> LockgateError:
     if isinstance(error, NoScriptError) or code == "NOSCRIPT" or _reloads(message):
         return ScriptError(message)
     return BrokerError(message)
+
+
+@contextlib.contextmanager
+def translated(url: str) -> Iterator[None]:
+    """Turn Redis errors raised inside the block into lockgate's own (``url`` is masked
+    here)."""
+    try:
+        yield
+    except REDIS_FAULTS as e:
+        raise translate(e, masked(url)) from e
 
 
 def _reloads(message: str) -> bool:

@@ -25,10 +25,10 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from lockgate.broker import translated
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
+from lockgate.faults import translated
 from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ class Claim:
 
     async def __aenter__(self) -> Claim:
         self._guard()
-        _, scripts = self.app.async_connection()
+        _, scripts = await self.app.async_connection()
         with translated(self.app.redis_url):
             self.taken(await scripts.run_soon(self.claim_call()))
         if self.conn is not None:
@@ -375,7 +375,7 @@ class Claim:
 
     async def _afinish(self, action: str) -> None:
         self.app.lease_keeper.remove(self)
-        _, scripts = self.app.async_connection()
+        _, scripts = await self.app.async_connection()
         with translated(self.app.redis_url):
             kept = await scripts.run(self.settle_call(action, self.ttl))
         self.settled(action, kept)

@@ -7,8 +7,9 @@ from typing import Any
 
 from lockgate import codec
 from lockgate.app import App
-from lockgate.broker import text, translated
+from lockgate.broker import text
 from lockgate.errors import SerializationError
+from lockgate.faults import translated
 from lockgate.keys import GROUP
 from lockgate.lua import AsyncScripts, ScriptCall
 
@@ -69,7 +70,7 @@ async def queue_stats(app: App, queues: tuple[str, ...] | None = None) -> Stats:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    client, scripts = app.async_connection()
+    client, scripts = await app.async_connection()
     queues = queues or app.queues
     with translated(app.redis_url):
         if app.backend == "sorted":

@@ -71,7 +71,7 @@ def claim(conn: psycopg.Connection[Any], key: str, *, table: str = TABLE) -> boo
 
 
 async def claim_async(conn: psycopg.AsyncConnection[Any], key: str, *, table: str = TABLE) -> bool:
-    """Async :func:`claim`."""
+    """Async [claim][lockgate.postgres.claim]."""
     check_key(key)
     try:
         return (await (await conn.execute(_insert(table), (key,))).fetchone()) is not None

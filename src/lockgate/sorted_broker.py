@@ -34,11 +34,11 @@ from lockgate.broker import (
     by_source,
     read_claim_args,
     text,
-    translated,
     translated_replies,
 )
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
+from lockgate.faults import translated
 from lockgate.keys import Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.policy import aging_boost_us

@@ -29,12 +29,12 @@ from lockgate.broker import (
     by_source,
     read_claim_args,
     text,
-    translated,
     translated_replies,
 )
 from lockgate.codec import Job
 from lockgate.config import Levels
 from lockgate.errors import SerializationError
+from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 

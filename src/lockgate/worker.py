@@ -37,14 +37,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lockgate.app import App
-from lockgate.broker import (
-    Consumer,
-    Delivery,
-    ReadClaims,
-    connect_worker_client,
-    server_warnings,
-)
+from lockgate.broker import Consumer, Delivery, ReadClaims
 from lockgate.config import WorkerConfig
+from lockgate.connections import connect_worker_client, server_warnings
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag

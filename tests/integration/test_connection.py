@@ -28,16 +28,16 @@ from click.testing import CliRunner, Result
 
 from conftest import wait_until_sync
 from lockgate import App, Worker, WorkerConfig
-from lockgate.broker import (
+from lockgate.cli import main
+from lockgate.connections import (
     HANDSHAKE_TIMEOUT,
     async_client,
     connect_worker_client,
     server_warnings,
     sync_client,
-    translated,
 )
-from lockgate.cli import main
 from lockgate.errors import ConnectionFailed, LockgateError
+from lockgate.faults import translated
 
 SECRET = "s3cret-pw"
 # Loose: the handshake timeout plus room for a loaded machine; never a timing goal.
@@ -203,15 +203,18 @@ async def test_worker_client_on_a_closed_port_fails_at_once() -> None:
     assert f"127.0.0.1:{port}" in str(info.value)
 
 
-def test_sync_client_on_a_silent_port_times_out(silent_port: int) -> None:
+@pytest.mark.parametrize("cluster", [None, False])
+def test_sync_client_on_a_silent_port_times_out(silent_port: int, cluster: bool | None) -> None:
+    """Whether the client's probe (is it a cluster node?) or its first command meets the
+    silence, the caller gets ConnectionFailed in bounded time, the password masked."""
     url = f"redis://127.0.0.1:{silent_port}/0?password={SECRET}"
-    client = sync_client(url)
     started = time.monotonic()
-    try:
-        with pytest.raises(ConnectionFailed) as info, translated(url):
+    with pytest.raises(ConnectionFailed) as info, translated(url):
+        client = sync_client(url, cluster=cluster)
+        try:
             client.ping()
-    finally:
-        client.close()
+        finally:
+            client.close()
     assert time.monotonic() - started < FAIL_WITHIN
     assert SECRET not in str(info.value)
 

@@ -16,8 +16,9 @@ import pytest
 import redis
 
 from lockgate import App
-from lockgate.broker import ReadClaims, async_client
+from lockgate.broker import ReadClaims
 from lockgate.config import WorkerConfig
+from lockgate.connections import async_client
 from lockgate.deadletter import list_dead
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys

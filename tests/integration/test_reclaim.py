@@ -15,7 +15,7 @@ import redis
 
 from conftest import running, unacked_reads, wait_until, wait_until_sync, worker_for
 from lockgate import App, current_job
-from lockgate.broker import async_client
+from lockgate.connections import async_client
 from lockgate.deadletter import list_dead
 from lockgate.keys import GROUP
 from lockgate.stream_broker import StreamConsumer

@@ -132,7 +132,10 @@ async def test_a_sync_task_raising_timeout_error_is_its_own_failure(
     assert attempts == {"recovers": 2, "never": 2}
     (letter,) = list_dead(app)
     assert (letter.job_id, letter.reason, letter.error_type, letter.error) == (
-        "never", "retries exhausted", "TimeoutError", "the partner did not answer"
+        "never",
+        "retries exhausted",
+        "TimeoutError",
+        "the partner did not answer",
     )
 
 

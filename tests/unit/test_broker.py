@@ -9,17 +9,12 @@ import redis
 import redis.asyncio as aioredis
 
 from lockgate import BrokerError, ConfigError, ConnectionFailed, ScriptError
-from lockgate.broker import (
-    EnqueuePlan,
-    Outgoing,
-    async_client,
-    batches,
-    masked,
-    sync_client,
-    translated,
-)
+from lockgate.addresses import masked
+from lockgate.broker import EnqueuePlan, Outgoing, batches
 from lockgate.codec import Job
 from lockgate.config import Levels
+from lockgate.connections import async_client, sync_client
+from lockgate.faults import translated
 from lockgate.keys import Keys
 from lockgate.policy import reconnect_delay
 from lockgate.sorted_broker import SortedProducer
@@ -155,7 +150,7 @@ def test_async_client_rejects_an_empty_pool(size: int) -> None:
 
 
 async def test_unix_urls_get_no_tcp_options() -> None:
-    client = async_client("unix:///tmp/nowhere.sock?db=3")
+    client = async_client("unix:///tmp/nowhere.sock?db=3", cluster=False)
     try:
         kwargs = client.connection_pool.connection_kwargs
         connection_class = client.connection_pool.connection_class
@@ -167,7 +162,7 @@ async def test_unix_urls_get_no_tcp_options() -> None:
         client.connection_pool.make_connection()
     finally:
         await client.aclose()
-    sync = sync_client("unix:///tmp/nowhere.sock?db=3")
+    sync = sync_client("unix:///tmp/nowhere.sock?db=3", cluster=False)
     try:
         assert not {"socket_keepalive", "socket_keepalive_options"} & set(
             sync.connection_pool.connection_kwargs
@@ -178,7 +173,7 @@ async def test_unix_urls_get_no_tcp_options() -> None:
 
 
 def test_the_sync_client_has_connect_and_socket_timeouts() -> None:
-    client = sync_client("redis://127.0.0.1:1/0")
+    client = sync_client("redis://127.0.0.1:1/0", cluster=False)
     try:
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["socket_connect_timeout"] > 0

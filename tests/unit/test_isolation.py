@@ -29,7 +29,8 @@ from conftest import wait_until, wait_until_sync
 from lockgate import App, ConfigError, isolation
 from lockgate.isolation import EXIT_WORK_RAISED, ChildExit, describe, run_in_child
 
-NOWHERE = "redis://127.0.0.1:1/0"  # nothing listens: no test here reaches Redis
+# Nothing listens, and no client probes a socket URL: no test here reaches Redis.
+NOWHERE = "unix:///nonexistent/lockgate-unit.sock"
 RUNNERS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
     "asyncio": asyncio.run,
     "uvloop": uvloop.run,
@@ -418,7 +419,7 @@ async def test_locks_held_by_parent_threads_are_free_in_the_child(
     executor: ThreadPoolExecutor,
 ) -> None:
     app = App(NOWHERE, namespace="unit")
-    parent_client, _ = app.async_connection()  # a client of the parent's loop
+    parent_client, _ = await app.async_connection()  # a client of the parent's loop
     keeper = app.lease_keeper
     keeper._claims["parent-token"] = object()  # type: ignore[assignment]
 
@@ -432,7 +433,7 @@ async def test_locks_held_by_parent_threads_are_free_in_the_child(
             ended = await run_in_child(probe, timeout=30, executor=executor)
         assert ended == ChildExit(b"(True, 0, 0, None)", "")
         assert keeper._claims == {"parent-token": keeper._claims["parent-token"]}
-        assert app.async_connection()[0] is parent_client  # the parent's, untouched
+        assert (await app.async_connection())[0] is parent_client  # the parent's, untouched
     finally:
         keeper._claims.clear()
         await app.aclose()

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-import redis.asyncio as aioredis
 
 from lockgate.lua.library import ScriptName, library, source
+
+if TYPE_CHECKING:
+    from lockgate.connections import AsyncClient, SyncClient
 
 __all__ = ["Arg", "AsyncScripts", "ScriptCall", "ScriptName", "SyncScripts", "source"]
 
@@ -73,7 +75,7 @@ def _raise_first(replies: list[Any]) -> list[Any]:
 class AsyncScripts:
     """Scripts run through one async client."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: AsyncClient) -> None:
         self._client = client
         self._soon: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
         self._sending: set[asyncio.Task[None]] = set()
@@ -167,7 +169,7 @@ class AsyncScripts:
 class SyncScripts:
     """Scripts run through one sync client: the producers' facade for Django and Flask."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: SyncClient) -> None:
         self._client = client
 
     def run(self, call: ScriptCall) -> Any:

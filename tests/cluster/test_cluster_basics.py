@@ -1,0 +1,120 @@
+"""lockgate on a real Redis Cluster: found from any node's URL or from seeds, every job
+run once on both backends, claims and dead letters, and database numbers refused."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from clusters import LocalCluster
+from conftest import worker_for
+from lockgate import App, ConfigError, current_job
+from lockgate.deadletter import list_dead
+from lockgate.inspect import queue_stats
+from lockgate.keys import Keys
+
+BACKENDS = ["streams", "sorted"]
+
+
+def slot_owner(cluster: LocalCluster, namespace: str) -> int:
+    """The port of the primary that serves the namespace's slot."""
+    client = redis.RedisCluster.from_url(f"redis://{cluster.nodes[0].address}")
+    try:
+        node = client.get_node_from_key(Keys(namespace).prefix)
+        return int(node.port)
+    finally:
+        client.close()
+
+
+def other_node(cluster: LocalCluster, port: int) -> str:
+    """A node's address that does not serve ``port``'s slots (a primary or a replica)."""
+    return next(node.address for node in cluster.nodes if node.port != port)
+
+
+@pytest.fixture
+def cluster_app(cluster: LocalCluster) -> Callable[..., App]:
+    """Factory of Apps on the cluster, each in a fresh namespace."""
+    made: list[App] = []
+
+    def factory(url: str | None = None, **kwargs: object) -> App:
+        app = App(url or cluster.seeds, namespace=uuid.uuid4().hex, **kwargs)  # type: ignore[arg-type]
+        made.append(app)
+        return app
+
+    yield factory  # type: ignore[misc]
+    for app in made:
+        app.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_every_job_runs_once_from_a_url_naming_a_node_that_does_not_own_the_slot(
+    cluster: LocalCluster, cluster_app: Callable[..., App], backend: str
+) -> None:
+    probe = cluster_app()
+    url = f"redis://{other_node(cluster, slot_owner(cluster, probe.namespace))}/0"
+    app = cluster_app(url, backend=backend)
+    runs: Counter[str] = Counter()
+
+    @app.task(priority="critical", idempotent=True)
+    async def pay(n: int) -> None:
+        runs[f"pay-{n}"] += 1
+
+    @app.task(priority="low")
+    def note(n: int) -> None:
+        runs[f"note-{n}"] += 1
+
+    app.enqueue_many([pay.message(n, job_id=f"p{n}") for n in range(60)])
+    await app.enqueue_many_async([note.message(n) for n in range(60)])
+    assert not pay.enqueue(0, job_id="p0").created  # a duplicate id, found on the cluster
+    worker = worker_for(app, concurrency=8)
+    await asyncio.wait_for(worker.run(burst=True), timeout=60)
+    assert runs == Counter({**{f"pay-{n}": 1 for n in range(60)},
+                            **{f"note-{n}": 1 for n in range(60)}})  # fmt: skip
+    stats = await queue_stats(app)
+    assert sum(row.waiting + row.pending + row.delayed for row in stats.levels) == 0
+    await app.aclose()
+
+
+async def test_claims_retries_and_dead_letters_on_the_cluster(
+    cluster_app: Callable[..., App],
+) -> None:
+    app = cluster_app()
+    effects: Counter[str] = Counter()
+
+    @app.task(retries=1, backoff=0.01)
+    def flaky(name: str) -> None:
+        if current_job().attempt == 1:
+            raise TimeoutError("first try")
+        with app.idempotent(f"effect:{name}", ttl=60):
+            effects[name] += 1
+
+    @app.task
+    def broken() -> None:
+        raise ValueError("always")
+
+    app.enqueue_many([flaky.message(f"e{n}") for n in range(20)] + [broken.message()])
+    worker = worker_for(app, concurrency=4)
+    await asyncio.wait_for(worker.run(burst=True), timeout=60)
+    assert effects == Counter({f"e{n}": 1 for n in range(20)})
+    (letter,) = list_dead(app, 10)
+    assert (letter.task, letter.error_type) == ("broken", "ValueError")
+
+
+async def test_a_database_number_other_than_0_is_a_config_error(
+    cluster: LocalCluster, cluster_app: Callable[..., App]
+) -> None:
+    for url in (f"{cluster.seeds}/2", f"redis://{cluster.nodes[0].address}/3"):
+        app = cluster_app(url)
+
+        @app.task
+        def job() -> None: ...
+
+        with pytest.raises(ConfigError, match="only database 0"):
+            job.enqueue()
+        with pytest.raises(ConfigError, match="only database 0"):
+            await worker_for(app).run(burst=True)

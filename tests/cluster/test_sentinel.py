@@ -1,0 +1,57 @@
+"""lockgate on a Sentinel-watched primary: the URL names the Sentinels and the service,
+and every job runs once; a missing service name is one line."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from clusters import LocalSentinel
+from conftest import worker_for
+from lockgate import App, ConfigError
+
+
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[LocalSentinel]:
+    """One primary, one replica, three Sentinels, for the module."""
+    with LocalSentinel(replicas=1) as local:
+        yield local
+
+
+async def test_every_job_runs_once_through_the_sentinels(sentinel: LocalSentinel) -> None:
+    app = App(sentinel.url, namespace=uuid.uuid4().hex)
+    runs: Counter[int] = Counter()
+
+    @app.task(idempotent=True)
+    async def job(n: int) -> None:
+        runs[n] += 1
+
+    app.enqueue_many([job.message(n) for n in range(50)])
+    await job.enqueue_async(50)
+    worker = worker_for(app, concurrency=4)
+    await asyncio.wait_for(worker.run(burst=True), timeout=60)
+    assert runs == Counter(range(51))
+    primary = sentinel.primary().client()
+    try:  # the jobs went through the primary the Sentinels name
+        assert primary.dbsize() > 0
+    finally:
+        primary.close()
+    app.close()
+    await app.aclose()
+
+
+def test_a_sentinel_url_without_a_service_is_one_line(sentinel: LocalSentinel) -> None:
+    hosts = sentinel.url.removeprefix("redis+sentinel://").split("/")[0]
+    app = App(f"redis+sentinel://:pw@{hosts}", namespace="sentinel-bad")
+
+    @app.task
+    def job() -> None: ...
+
+    with pytest.raises(ConfigError) as caught:
+        job.enqueue()
+    message = str(caught.value)
+    assert "names its service" in message and "\n" not in message and "pw@" not in message

@@ -1,0 +1,81 @@
+"""Every key lockgate names for a namespace hashes to the namespace's one cluster slot, so
+each script call is served by one node of a Redis Cluster (no CROSSSLOT, one round trip
+per node for a pipeline). No server: the slot is computed as Redis does (CRC16 of the
+hash tag, redis.crc.key_slot)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from lockgate import App
+from lockgate.keys import Keys
+
+NAMESPACE = "shop-eu"
+ARGUMENTS: dict[str, Any] = {
+    "queue": "emails", "level": "critical", "key": "pay:{A1}", "name": "views:A1",
+    "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
+}  # fmt: skip
+
+
+def slot(key: str | bytes) -> int:
+    return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+
+def key_names(keys: Keys) -> dict[str, list[str]]:
+    """Each key-naming method of Keys, called with sample arguments: its key names."""
+    names: dict[str, list[str]] = {}
+    for name, _ in inspect.getmembers(type(keys)):
+        if name.startswith("_") or isinstance(inspect.getattr_static(keys, name), staticmethod):
+            continue  # the static helpers name parts of keys, not keys
+        value = getattr(keys, name)
+        if callable(value):
+            parameters = inspect.signature(value).parameters
+            value = value(**{p: ARGUMENTS[p] for p in parameters})
+        if isinstance(value, str):
+            found = [value]
+        elif hasattr(value, "__dataclass_fields__"):  # SortedKeys: one queue's keys
+            found = list(vars(value).values())
+        else:
+            found = list(value) if isinstance(value, tuple) else []
+        found = [v for v in found if isinstance(v, str) and v.startswith("lockgate:")]
+        if found:
+            names[name] = found
+    return names
+
+
+def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
+    keys = Keys(NAMESPACE)
+    names = key_names(keys)
+    # The naming methods that exist today are all covered (a new one must be too).
+    assert {"stream", "delayed", "claim", "done_marker", "wake", "counter", "request",
+            "cooldown", "dead", "job", "sorted_keys", "prefix"} <= set(names)  # fmt: skip
+    expected = slot(keys.prefix)
+    for method, values in names.items():
+        assert values, method
+        for value in values:
+            assert slot(value) == expected, (method, value)
+    # Done-marker buckets are named inside the scripts from this prefix: same slot.
+    for bucket in ("000", "7ff", "fff"):
+        assert slot(keys.done_bucket_prefix + bucket) == expected
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+def test_every_enqueue_call_touches_one_slot(backend: str) -> None:
+    app = App("redis://127.0.0.1:1/0", namespace=NAMESPACE, backend=backend)  # type: ignore[arg-type]
+
+    @app.task(priority="critical")
+    def pay(order: str) -> None: ...
+
+    @app.task(priority="low", queue="reports")
+    def report(day: str) -> None: ...
+
+    messages = [pay.message(f"o{n}", job_id=f"pay:{{o{n}}}") for n in range(700)]
+    messages += [report.message(f"d{n}", delay=5) for n in range(10)]
+    _, plan = app._plan(messages)
+    assert len(plan.calls) >= 2
+    for call in plan.calls:
+        assert {slot(key) for key in call.keys} == {slot(app.keys.prefix)}, call.script
