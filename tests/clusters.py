@@ -191,6 +191,18 @@ class LocalCluster:
         self.close()
 
 
+def replicated(primary: Node, replica: Node) -> bool:
+    """Whether ``replica`` has every write ``primary`` has (nothing acknowledged to lose)."""
+    p, r = primary.client(), replica.client()
+    try:
+        return int(p.info("replication")["master_repl_offset"]) == int(
+            r.info("replication")["slave_repl_offset"]
+        )
+    finally:
+        p.close()
+        r.close()
+
+
 def wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_TIMEOUT) -> None:
     """Poll ``predicate`` (a Redis error counts as not yet) until true, or fail naming it."""
     deadline = time.monotonic() + timeout

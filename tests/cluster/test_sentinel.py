@@ -1,16 +1,19 @@
 """lockgate on a Sentinel-watched primary: the URL names the Sentinels and the service,
-and every job runs once; a missing service name is one line."""
+every job runs once, a SIGKILLed primary is followed to the promoted replica, and a
+missing service name is one line."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
-from clusters import LocalSentinel
+from cluster.ledger import JOBS, build, serve_through
+from clusters import LocalSentinel, replicated, wait_for
 from conftest import worker_for
 from lockgate import App, ConfigError
 
@@ -55,3 +58,23 @@ def test_a_sentinel_url_without_a_service_is_one_line(sentinel: LocalSentinel) -
         job.enqueue()
     message = str(caught.value)
     assert "names its service" in message and "\n" not in message and "pw@" not in message
+
+
+@pytest.mark.chaos
+async def test_a_sigkilled_primary_is_followed_to_the_promoted_replica(ledger: str) -> None:
+    with LocalSentinel(replicas=1) as sentinel:
+        app, started = build(sentinel.url, ledger)
+        app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+        old = sentinel.primary()
+        replica = next(node for node in sentinel.nodes if node is not old)
+        wait_for(lambda: replicated(old, replica), "the replica caught up")
+
+        def kill() -> None:
+            old.signal(signal.SIGKILL)
+            wait_for(lambda: sentinel.primary() is replica, "the Sentinels promoted the replica")
+
+        done, rows, longest = await serve_through(app, ledger, kill, after=JOBS // 4)
+    print(f"Sentinel, SIGKILL of the primary: {JOBS} jobs, {JOBS - done} lost, "
+          f"{rows - done} doubled, longest stall {longest:.2f} s, "
+          f"{len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)

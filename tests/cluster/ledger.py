@@ -1,0 +1,80 @@
+"""What the cluster and Sentinel fault tests share: a PostgreSQL ledger of effects, an app
+whose task writes its effect once, and a worker served through one injected fault."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+
+import psycopg
+
+from conftest import wait_until
+from lockgate import App, Worker, WorkerConfig, current_job
+from lockgate.postgres import claim
+
+DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
+JOBS = 300
+log = logging.getLogger(__name__)
+
+
+def effects(run: str) -> tuple[int, int]:
+    """(distinct jobs with an effect, rows) of a run."""
+    with psycopg.connect(DSN) as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT n), count(*) FROM cluster_effects WHERE run = %s", (run,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def build(url: str, run: str) -> tuple[App, Callable[[], list[int]]]:
+    """An app whose task writes its effect once (PostgreSQL claim), and the jobs started."""
+    app = App(url, namespace=uuid.uuid4().hex)
+    started: list[int] = []
+
+    @app.task(retries=3, backoff=0.05)
+    def pay(n: int) -> None:
+        started.append(n)
+        time.sleep(0.002)
+        with psycopg.connect(DSN) as conn, conn.transaction():
+            if claim(conn, f"cluster:{run}:{n}"):
+                conn.execute("INSERT INTO cluster_effects VALUES (%s, %s)", (run, n))
+        log.debug("job %s ran (attempt %d)", n, current_job().attempt)
+
+    return app, lambda: started
+
+
+async def serve_through(
+    app: App, run: str, fault: Callable[[], None], *, after: int
+) -> tuple[int, int, float]:
+    """Run a worker over JOBS jobs, inject ``fault`` once ``after`` have started, wait for
+    every effect; (jobs with an effect, rows, longest gap between effects in s)."""
+    worker = Worker(app, WorkerConfig(concurrency=8, visibility_timeout=5.0))
+    serving = asyncio.create_task(worker.run())
+    longest, last, seen = 0.0, time.monotonic(), 0
+
+    def progress() -> bool:
+        nonlocal longest, last, seen
+        assert not serving.done(), f"the worker exited: {serving}"
+        done, _ = effects(run)
+        now = time.monotonic()
+        if done > seen:
+            longest, last, seen = max(longest, now - last), now, done
+        return done >= JOBS
+
+    try:
+        await wait_until(lambda: effects(run)[0] >= after, message="jobs before the fault")
+        await asyncio.to_thread(fault)
+        await wait_until(progress, timeout=120, message="every job's effect")
+        assert not serving.done()
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(serving, 60)
+        await app.aclose()
+        app.close()
+    done, rows = effects(run)
+    return done, rows, longest

@@ -1,0 +1,171 @@
+"""Faults of a Redis Cluster under a running worker: a failover of the primary that serves
+the namespace (``CLUSTER FAILOVER`` on its replica, and a SIGKILL of the primary), and a
+``FUNCTION FLUSH`` on it. Each job's effect is a row written in PostgreSQL in the same
+transaction as its claim (``lockgate.postgres.claim``), so the ledger tells what was lost
+(a job with no row) and what was doubled (a row twice: never, the claim's unique key
+refuses it); the worker must never exit.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from cluster.ledger import JOBS, build, serve_through
+from clusters import LocalCluster, Node, replicated, wait_for
+from lockgate.keys import Keys
+
+pytestmark = pytest.mark.chaos
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A fresh cluster per test: these tests kill and demote its nodes."""
+    with LocalCluster(primaries=3, replicas=1) as local:
+        yield local
+
+
+def primary_port(cluster: LocalCluster, namespace: str) -> int:
+    """The port of the primary serving the namespace's slot, as a live node says now."""
+    live = next(node for node in cluster.nodes if node.alive)
+    client = redis.RedisCluster.from_url(f"redis://{live.address}")
+    try:
+        return int(client.get_node_from_key(Keys(namespace).prefix).port)
+    finally:
+        client.close()
+
+
+def owner_of(cluster: LocalCluster, namespace: str) -> tuple[Node, Node]:
+    """(the primary serving the namespace's slot, its replica), as the cluster says now."""
+    port = primary_port(cluster, namespace)
+    primary = next(node for node in cluster.nodes if node.port == port)
+    for node in cluster.nodes:
+        if node is primary or not node.alive:
+            continue
+        c = node.client()
+        try:
+            info = c.info("replication")
+        finally:
+            c.close()
+        if info["role"] == "slave" and int(info["master_port"]) == port:
+            return primary, node
+    raise AssertionError(f"no replica of {primary.address}")
+
+
+async def test_cluster_failover_of_the_namespaces_primary(
+    cluster: LocalCluster, ledger: str
+) -> None:
+    app, started = build(cluster.seeds, ledger)
+    _, replica = owner_of(cluster, app.namespace)
+    app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+
+    def failover() -> None:
+        c = replica.client()
+        try:
+            c.execute_command("CLUSTER", "FAILOVER")
+        finally:
+            c.close()
+        wait_for(lambda: primary_port(cluster, app.namespace) == replica.port, "a promotion")
+
+    done, rows, longest = await serve_through(app, ledger, failover, after=JOBS // 4)
+    print(f"CLUSTER FAILOVER: {JOBS} jobs, {JOBS - done} lost, {rows - done} doubled, "
+          f"longest stall {longest:.2f} s, {len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)
+
+
+async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
+    app, started = build(cluster.seeds, ledger)
+    primary, replica = owner_of(cluster, app.namespace)
+    app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+    # Enqueues the replica lacks would die with the primary (asynchronous replication):
+    # that loss is documented, not what this test is about.
+    wait_for(lambda: replicated(primary, replica), "the replica caught up")
+
+    def kill() -> None:
+        primary.signal(signal.SIGKILL)
+        wait_for(lambda: primary_port(cluster, app.namespace) == replica.port, "a promotion")
+        cluster.wait_ok()
+
+    done, rows, longest = await serve_through(app, ledger, kill, after=JOBS // 4)
+    print(f"SIGKILL of the primary: {JOBS} jobs, {JOBS - done} lost, {rows - done} doubled, "
+          f"longest stall {longest:.2f} s, {len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)
+
+
+async def test_function_flush_on_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
+    app, started = build(cluster.seeds, ledger)
+    primary, _ = owner_of(cluster, app.namespace)
+    app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+
+    def flush() -> None:
+        c = primary.client()
+        try:
+            c.function_flush()
+        finally:
+            c.close()
+
+    done, rows, longest = await serve_through(app, ledger, flush, after=JOBS // 4)
+    print(f"FUNCTION FLUSH: {JOBS} jobs, {JOBS - done} lost, {rows - done} doubled, "
+          f"longest stall {longest:.2f} s, {len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)
+
+
+def is_primary(node: Node) -> bool:
+    client = node.client()
+    try:
+        return bool(client.info("replication")["role"] == "master")
+    finally:
+        client.close()
+
+
+def migrate_slot(cluster: LocalCluster, slot: int, source: Node, target: Node) -> int:
+    """Move ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster reshard`` does:
+    IMPORTING/MIGRATING, MIGRATE of its keys in batches, then the new owner announced to
+    every primary. Returns the number of keys moved."""
+    src, dst = source.client(), target.client()
+    moved = 0
+    try:
+        src_id, dst_id = src.cluster("MYID"), dst.cluster("MYID")
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 20):
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+            time.sleep(0.005)  # a migration in steps, as a tool runs it, with the worker on
+        for node in filter(is_primary, cluster.nodes):
+            client = node.client()
+            try:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+            finally:
+                client.close()
+    finally:
+        src.close()
+        dst.close()
+    return moved
+
+
+async def test_resharding_the_namespaces_slot_under_load(
+    cluster: LocalCluster, ledger: str
+) -> None:
+    app, started = build(cluster.seeds, ledger)
+    source, _ = owner_of(cluster, app.namespace)
+    target = next(node for node in cluster.nodes if node is not source and is_primary(node))
+    slot = int(key_slot(app.keys.prefix.encode()))
+    app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+    moved: list[int] = []
+
+    def reshard() -> None:
+        moved.append(migrate_slot(cluster, slot, source, target))
+        cluster.wait_ok()
+
+    done, rows, longest = await serve_through(app, ledger, reshard, after=JOBS // 4)
+    assert primary_port(cluster, app.namespace) == target.port
+    print(f"reshard ({moved[0]} keys moved): {JOBS} jobs, {JOBS - done} lost, "
+          f"{rows - done} doubled, longest stall {longest:.2f} s, "
+          f"{len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)
