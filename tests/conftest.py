@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,6 +26,7 @@ from lockgate.keys import GROUP, Keys
 from lockgate.lua import SyncScripts
 
 SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
+CLUSTER_ENV = "LOCKGATE_TEST_CLUSTER"
 # Loose bounds against hangs, never timing goals.
 WAIT_TIMEOUT = 30.0
 POLL_INTERVAL = 0.005
@@ -81,9 +83,27 @@ def _answers(url: str) -> bool:
         client.close()
 
 
+def inspection_client(url: str) -> Any:
+    """A sync client for what a test reads or writes by hand: a cluster client when the
+    URL lists several seeds (the cluster run), else a plain one."""
+    scheme, _, rest = url.partition("://")
+    hosts = rest.partition("/")[0]
+    if "," in hosts:
+        return redis.RedisCluster.from_url(f"{scheme}://{hosts.split(',')[0]}")
+    return redis.Redis.from_url(url)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """URL of the session's Redis: the shared local one, else a private embedded one."""
+    """URL of the session's Redis: with ``LOCKGATE_TEST_CLUSTER=1`` the seeds of a local
+    Redis Cluster started for the session (``make test-cluster``), else the shared local
+    server, else a private embedded one."""
+    if os.environ.get(CLUSTER_ENV) == "1":
+        from clusters import LocalCluster
+
+        with LocalCluster(primaries=3, replicas=1) as cluster:
+            yield cluster.seeds
+        return
     if _answers(SHARED_REDIS_URL):
         yield SHARED_REDIS_URL
         return
@@ -102,7 +122,7 @@ def namespace(redis_url: str) -> Iterator[str]:
 
 def delete_namespace(url: str, ns: str) -> None:
     """Delete every key of one namespace on the server at ``url``."""
-    client = redis.Redis.from_url(url)
+    client = inspection_client(url)
     try:
         keys = list(client.scan_iter(match=f"lockgate:{{{ns}}}:*", count=10000))
         for start in range(0, len(keys), 500):
@@ -126,7 +146,7 @@ def scripts(rclient: redis.Redis) -> SyncScripts:
 @pytest.fixture
 def rclient(redis_url: str) -> Iterator[redis.Redis]:
     """A sync Redis client for inspecting what the library wrote."""
-    client = redis.Redis.from_url(redis_url)
+    client = inspection_client(redis_url)
     yield client
     client.close()
 
