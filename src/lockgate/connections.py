@@ -26,6 +26,9 @@ import redis.asyncio.cluster as aiocluster
 import redis.asyncio.sentinel as aiosentinel
 import redis.cluster
 import redis.sentinel
+
+# redis-py's own parsers (exported by redis._parsers, used by its cluster clients).
+from redis._parsers import AsyncCommandsParser, CommandsParser
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
@@ -102,6 +105,31 @@ def _check_cluster_db(address: Address, url: str) -> None:
         )
 
 
+def fcall_keys(args: tuple[Any, ...]) -> list[Any] | None:
+    """The keys of an FCALL or FCALL_RO (``FCALL name numkeys key...``), else None."""
+    if len(args) >= 3 and str(args[0]).upper() in ("FCALL", "FCALL_RO"):
+        return list(args[3 : 3 + int(args[2])])
+    return None
+
+
+class FcallKeys(CommandsParser):
+    """Finds an FCALL's keys where they are. redis-py's cluster client asks the server
+    (``COMMAND GETKEYS``, a round trip per call) for the keys of every command whose keys
+    move, FCALL among them; it knows them in place only for EVAL and EVALSHA."""
+
+    def get_keys(self, redis_conn: Any, *args: Any) -> Any:
+        keys = fcall_keys(args)
+        return keys if keys is not None else super().get_keys(redis_conn, *args)  # type: ignore[no-untyped-call]
+
+
+class AsyncFcallKeys(AsyncCommandsParser):
+    """:class:`FcallKeys` for the async cluster client."""
+
+    async def get_keys(self, *args: Any) -> Any:
+        keys = fcall_keys(args)
+        return tuple(keys) if keys is not None else await super().get_keys(*args)
+
+
 def _cluster_nodes(address: Address, node_class: Any) -> list[Any]:
     return [node_class(host, port) for host, port in address.hosts]
 
@@ -162,12 +190,15 @@ def sync_client(url: str, *, cluster: bool | None = None) -> SyncClient:
         cluster = _probe_sync(address, url)
     if address.kind == "seeds" or (address.kind == "server" and cluster):
         _check_cluster_db(address, url)
-        return redis.cluster.RedisCluster(
-            startup_nodes=_cluster_nodes(address, redis.cluster.ClusterNode),
-            max_connections=SYNC_MAX_CONNECTIONS,
-            **_node_options(address, db=False),
-            **_socket_options(address, SOCKET_TIMEOUT),
-        )
+        with translated(masked(url)):  # it asks a seed for the slots at once
+            cluster_client = redis.cluster.RedisCluster(
+                startup_nodes=_cluster_nodes(address, redis.cluster.ClusterNode),
+                max_connections=SYNC_MAX_CONNECTIONS,
+                **_node_options(address, db=False),
+                **_socket_options(address, SOCKET_TIMEOUT),
+            )
+            cluster_client.commands_parser = FcallKeys(cluster_client)  # type: ignore[no-untyped-call]
+        return cluster_client
     try:
         # Blocking, and larger than redis-py's 100: a Django app's or a worker's threads
         # (claims inside sync tasks, the lease keeper) wait for a connection instead of
@@ -244,12 +275,14 @@ def async_client(
         return _async_sentinel(address, socket_timeout, size)
     if address.kind == "seeds" or (address.kind == "server" and cluster):
         _check_cluster_db(address, url)
-        return aiocluster.RedisCluster(
+        client = aiocluster.RedisCluster(
             startup_nodes=_cluster_nodes(address, aiocluster.ClusterNode),
             max_connections=size,
             **_node_options(address, db=False),
             **_socket_options(address, socket_timeout),
         )
+        client.commands_parser = AsyncFcallKeys()
+        return client
     return _async_plain(url, address, socket_timeout, size)
 
 
