@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test install-docs demo test lint docs dist-check services bench bench-smoke
+.PHONY: install install-test install-docs demo test lint test-cluster docs dist-check services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 
 test: install-test
 	$(BIN)/pytest
+
+# The integration tier again, against a local Redis Cluster (3 primaries, 3 replicas of
+# private redis-server processes, started and removed by the tests).
+test-cluster: install-test
+	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest tests/integration
 
 # The docs site; --strict turns every warning (a broken link, a bad docstring) into a failure.
 docs: install-docs

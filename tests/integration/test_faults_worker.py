@@ -22,11 +22,11 @@ from typing import Any
 import msgspec
 import pytest
 import redis
-import redis.asyncio as aioredis
 
-from conftest import finish, running, unacked_reads, wait_until, worker_for
+from conftest import finish, inspection_client, running, unacked_reads, wait_until, worker_for
 from faults.support import PrivateRedis, hold, leftovers, wait_serving
 from lockgate import App, ConfigError, Message, RetryableError, current_job
+from lockgate.connections import async_client
 from lockgate.deadletter import list_dead
 from lockgate.keys import GROUP
 from lockgate.sorted_broker import SortedConsumer
@@ -67,7 +67,7 @@ class IdleWaits:
 @contextlib.asynccontextmanager
 async def kept_fresh(url: str, stream: str, consumer: str, ids: list[bytes]) -> AsyncIterator[None]:
     """Heartbeat ``ids`` for ``consumer`` every 100 ms, as a live worker would."""
-    client = aioredis.Redis.from_url(url)
+    client = async_client(url)  # a cluster client on the cluster run
 
     async def beat() -> None:
         while True:
@@ -552,7 +552,7 @@ async def test_a_graceful_stop_waits_for_an_isolated_async_run_and_settles_it_on
 
     @app.task
     async def slow(n: int) -> None:
-        client = redis.Redis.from_url(app.redis_url)
+        client = inspection_client(app.redis_url)
         try:
             client.incr(runs)
             client.set(started, 1)

@@ -179,7 +179,12 @@ from lockgate import AlreadyProcessed, App, ClaimBusy
 url, namespace, key = sys.argv[1:]
 prefix = f"lockgate:{{{namespace}}}:test:"
 app = App(redis_url=url, namespace=namespace)
-client = redis.Redis.from_url(url)
+scheme, _, rest = url.partition("://")
+hosts = rest.partition("/")[0]
+client = (  # a cluster client on the cluster run (the URL lists seeds)
+    redis.RedisCluster.from_url(f"{scheme}://{hosts.split(',')[0]}")
+    if "," in hosts else redis.Redis.from_url(url)
+)
 try:
     app.client().ping()  # connect before the start signal
     client.rpush(prefix + "ready", 1)

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import running, unacked_reads, wait_until, worker_for
+from conftest import inspection_client, running, unacked_reads, wait_until, worker_for
 from lockgate import App, current_job
 from lockgate.codec import decode
 from lockgate.deadletter import list_dead
@@ -150,7 +150,7 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
         # and the shared client's pool lock may be held at the fork by another task's
         # thread; redis-py's reset() in the child then waits on it forever.
         job = current_job()
-        with redis.Redis.from_url(app.redis_url) as client:
+        with inspection_client(app.redis_url) as client:
             text = f"{job.job_id}:{job.attempt}"
             if legacy is not None:
                 other = client.get(legacy)

@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -26,10 +27,18 @@ def named(url: str, name: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}client_name={name}"
 
 
+def every_client(rclient: redis.Redis) -> list[dict[str, str]]:
+    """CLIENT LIST of the server, or of every node of the cluster on the cluster run."""
+    if isinstance(rclient, redis.RedisCluster):  # it would ask one node, at random
+        listed: Any = rclient.client_list(target_nodes=redis.RedisCluster.ALL_NODES)
+        return [client for clients in listed.values() for client in clients]
+    return list(rclient.client_list())
+
+
 def blocked_clients(rclient: redis.Redis, name: str) -> list[dict[str, str]]:
     return [
         c
-        for c in rclient.client_list()
+        for c in every_client(rclient)
         if c.get("name") == name
         and "b" in c.get("flags", "")
         and c.get("cmd") in {"xread", "blpop"}
@@ -99,7 +108,7 @@ async def test_an_idle_worker_waits_quietly(
         def outcome() -> str | None:
             if any(r.levelno >= logging.ERROR for r in caplog.records):
                 return "error logged"
-            clients = [c for c in rclient.client_list() if c.get("name") == name]
+            clients = [c for c in every_client(rclient) if c.get("name") == name]
             if all(c["id"] != first["id"] for c in clients):
                 return "connection dropped"
             return "survived" if int(first["age"]) + time.monotonic() - started > 6.5 else None
