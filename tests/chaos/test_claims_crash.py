@@ -137,12 +137,11 @@ def test_an_idempotent_job_whose_worker_was_killed_runs_again_and_completes_once
 HOLDER = """
 import sys
 import threading
-import redis
 from lockgate import App
 
 url, namespace, key, lease = sys.argv[1:]
 app = App(redis_url=url, namespace=namespace)
-client = redis.Redis.from_url(url)
+client = app.client()
 with app.idempotent(key, lease=float(lease)):
     client.set(f"lockgate:{{{namespace}}}:test:inside", 1)
     threading.Event().wait()

@@ -40,7 +40,7 @@ import lockgate
 from conftest import wait_until_sync
 from lockgate.keys import Keys
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.single_node]
 
 HERE = Path(__file__).parent
 FIXTURE = HERE / "lockgate_0_1.tar.gz"

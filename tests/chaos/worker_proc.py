@@ -16,9 +16,8 @@ import sys
 import threading
 import time
 
-import redis
-
 from lockgate import App, Worker, WorkerConfig, current_job
+from lockgate.connections import sync_client
 
 
 def record_key(namespace: str, name: str) -> str:
@@ -29,7 +28,7 @@ def record_key(namespace: str, name: str) -> str:
 def build(url: str, namespace: str, backend: str) -> App:
     """The app with the chaos tasks; the test process declares the same names."""
     app = App(redis_url=url, namespace=namespace, backend=backend)  # type: ignore[arg-type]
-    results = redis.Redis.from_url(url)
+    results = sync_client(url)  # a cluster client on the cluster run
 
     @app.task
     def block_once(tag: str) -> None:
