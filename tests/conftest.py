@@ -93,6 +93,18 @@ def inspection_client(url: str) -> Any:
     return redis.Redis.from_url(url)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def close_apps_at_the_end() -> Iterator[None]:
+    """Close the sync clients of Apps still alive when the session ends (module-level
+    ones, such as the CLI tests' app): a cluster client's node sockets are not closed by
+    the garbage collector without a ResourceWarning."""
+    yield
+    from lockgate.app import _APPS
+
+    for app in list(_APPS):
+        app.close()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """URL of the session's Redis: with ``LOCKGATE_TEST_CLUSTER=1`` the seeds of a local

@@ -33,14 +33,10 @@ class HiredisPacking:
         return [_pack(args)]
 
 
-def with_hiredis_packing_class(base: type[Any]) -> type[Any]:
-    """``base`` (an async connection class) packing with hiredis; itself without hiredis."""
-    if _pack is None:
-        return base
-    return type(f"Hiredis{base.__name__}", (HiredisPacking, base), {})
-
-
 def with_hiredis_packing(pool: Any) -> Any:
     """Make ``pool`` (an async connection pool) open connections that pack with hiredis."""
-    pool.connection_class = with_hiredis_packing_class(pool.connection_class)
+    if _pack is None:
+        return pool
+    base = pool.connection_class
+    pool.connection_class = type(f"Hiredis{base.__name__}", (HiredisPacking, base), {})
     return pool

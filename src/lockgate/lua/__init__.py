@@ -27,7 +27,6 @@ __all__ = ["Arg", "AsyncScripts", "ScriptCall", "ScriptName", "SyncScripts", "so
 
 Arg = str | bytes | int | float
 FUNCTION_NOT_FOUND = "function not found"
-ALREADY_LOADED = "already exists"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +57,6 @@ def _missing(replies: Sequence[Any]) -> list[int]:
     return [i for i, reply in enumerate(replies) if function_missing(reply)]
 
 
-def _loaded(error: redis.ResponseError) -> None:
-    """A load refused because the library is there already (another client loaded it
-    meanwhile; its name is its content) is a success; any other refusal is raised."""
-    if ALREADY_LOADED not in str(error).lower():
-        raise error
-
-
 def _raise_first(replies: list[Any]) -> list[Any]:
     for reply in replies:
         if isinstance(reply, Exception):
@@ -91,11 +83,13 @@ class AsyncScripts:
         return await _fcall(self._client, call)
 
     async def load(self) -> None:
-        """Load this version's library on the server."""
-        try:
-            await self._client.function_load(library().code)
-        except redis.ResponseError as e:
-            _loaded(e)
+        """Load this version's library on the server (every primary of a cluster).
+
+        REPLACE: the same name is the same code, so replacing is harmless, and a cluster
+        whose other primaries have it already loads it on the one that lost it instead
+        of failing there with "already exists".
+        """
+        await self._client.function_load(library().code, replace=True)
 
     async def run_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run several calls in one pipelined round trip (not a transaction); the first
@@ -183,11 +177,8 @@ class SyncScripts:
         return _fcall(self._client, call)
 
     def load(self) -> None:
-        """Load this version's library on the server."""
-        try:
-            self._client.function_load(library().code)
-        except redis.ResponseError as e:
-            _loaded(e)
+        """Sync :meth:`AsyncScripts.load`."""
+        self._client.function_load(library().code, replace=True)
 
     def run_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Sync :meth:`AsyncScripts.run_all`."""
