@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import redis
 
@@ -109,8 +110,38 @@ class Node:
         return dict(line.split(":", 1) for line in text.split() if ":" in line)
 
 
+class ServerSet:
+    """What a set of private server processes shares: kill them all and delete their
+    directory at the end (a test's servers keep nothing), also when starting fails."""
+
+    root: Path
+
+    def processes(self) -> list[Node]:
+        """Every process of the set."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """SIGKILL every process and delete the directory."""
+        for node in self.processes():
+            node.signal(signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass
-class LocalCluster:
+class LocalCluster(ServerSet):
     """A Redis Cluster of private processes.
 
     Args:
@@ -124,6 +155,9 @@ class LocalCluster:
     binary: str = "redis-server"
     nodes: list[Node] = field(default_factory=list)
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lockgate-cluster-")))
+
+    def processes(self) -> list[Node]:
+        return list(self.nodes)
 
     @property
     def seeds(self) -> str:
@@ -174,22 +208,6 @@ class LocalCluster:
 
         wait_for(ok, "cluster_state:ok on every node, every replica in sync")
 
-    def close(self) -> None:
-        """SIGKILL every node (a test's cluster keeps nothing) and delete the directory."""
-        for node in self.nodes:
-            node.signal(signal.SIGKILL)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> LocalCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def replicated(primary: Node, replica: Node) -> bool:
     """Whether ``replica`` has every write ``primary`` has (nothing acknowledged to lose)."""
@@ -218,7 +236,7 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_TI
 
 
 @dataclass
-class LocalSentinel:
+class LocalSentinel(ServerSet):
     """One primary, ``replicas`` replicas, and three Sentinels that watch it as ``service``.
 
     Attributes:
@@ -231,6 +249,9 @@ class LocalSentinel:
     nodes: list[Node] = field(default_factory=list)
     sentinels: list[Node] = field(default_factory=list)
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lockgate-sentinel-")))
+
+    def processes(self) -> list[Node]:
+        return [*self.sentinels, *self.nodes]
 
     @property
     def url(self) -> str:
@@ -292,22 +313,6 @@ class LocalSentinel:
             if int(master["num-other-sentinels"]) < 2 or int(master["num-slaves"]) < self.replicas:
                 return False
         return True
-
-    def close(self) -> None:
-        """SIGKILL every process and delete the directory."""
-        for node in [*self.sentinels, *self.nodes]:
-            node.signal(signal.SIGKILL)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> LocalSentinel:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def main() -> None:

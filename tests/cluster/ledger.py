@@ -78,3 +78,16 @@ async def serve_through(
         app.close()
     done, rows = effects(run)
     return done, rows, longest
+
+
+def enqueue_jobs(app: App) -> None:
+    """The JOBS jobs of :func:`build`'s task, ids p0, p1, ..."""
+    app.enqueue_many([app.tasks["pay"].message(n, job_id=f"p{n}") for n in range(JOBS)])
+
+
+def check(fault: str, served: tuple[int, int, float], started: Callable[[], list[int]]) -> None:
+    """Print the figures of a run through ``fault`` and require none lost, none doubled."""
+    done, rows, longest = served
+    print(f"{fault}: {JOBS} jobs, {JOBS - done} lost, {rows - done} doubled, "
+          f"longest stall {longest:.2f} s, {len(started()) - JOBS} runs again")  # fmt: skip
+    assert (done, rows) == (JOBS, JOBS)
