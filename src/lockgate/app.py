@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,12 +13,11 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from lockgate import codec
 from lockgate.arguments import Schema
-from lockgate.broker import EnqueuePlan, Outgoing, Producer
+from lockgate.broker import EnqueuePlan, Outgoing
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
-from lockgate.connections import AsyncClient, SyncClient, open_async_client, sync_client
+from lockgate.connections import AsyncClient, SyncClient
 from lockgate.errors import ConfigError, SerializationError
-from lockgate.faults import translated
 from lockgate.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_TTL,
@@ -30,10 +27,9 @@ from lockgate.idempotency import (
     check_ttl,
 )
 from lockgate.keys import Keys
-from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
+from lockgate.lua import AsyncScripts, SyncScripts
 from lockgate.retry import Backoff, RetryPolicy
-from lockgate.sorted_broker import SortedProducer
-from lockgate.stream_broker import StreamProducer
+from lockgate.store import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -277,7 +273,7 @@ class App:
         dead_letter_max_age: float | timedelta | None = timedelta(days=30),
         legacy_markers: bool = False,
     ) -> None:
-        self.redis_url = resolve_redis_url(redis_url)
+        url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
         self.levels = Levels(weights=levels) if levels is not None else Levels()
         if backend not in ("streams", "sorted"):
@@ -313,18 +309,25 @@ class App:
         if not isinstance(legacy_markers, bool):
             raise ConfigError(f"legacy_markers must be True or False, got {legacy_markers!r}")
         self.legacy_markers = legacy_markers
-        self.keys = Keys(self.namespace)
+        self.store = Store(url, self.namespace, self.levels, backend, self.aging_seconds)
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.producer: Producer = (
-            StreamProducer(self.keys)
-            if backend == "streams"
-            else SortedProducer(self.keys, self.levels, self.aging_seconds)
-        )
         self.lease_keeper = LeaseKeeper(self)
-        self._lock = threading.Lock()
-        self._sync: tuple[SyncClient, SyncScripts] | None = None
-        self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
         _APPS.add(self)
+
+    @property
+    def redis_url(self) -> str:
+        """The Redis URL (see ``App(redis_url=...)``)."""
+        return self.store.url
+
+    @redis_url.setter
+    def redis_url(self, url: str) -> None:
+        self.store.retarget(resolve_redis_url(url))
+
+    @property
+    def keys(self) -> Keys:
+        """The namespace's key names (for inspection: lockgate's own calls go through
+        ``app.store``)."""
+        return self.store.keys
 
     @property
     def default_priority(self) -> str:
@@ -432,7 +435,7 @@ class App:
                     f"bytes encoded, over the limit of {self.max_payload_bytes}"
                 )
             outgoing.append(Outgoing(message.job, data, round(message.delay * 1000)))
-        return [m.job for m in messages], self.producer.plan_enqueue(outgoing)
+        return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
 
     def idempotent(
         self,
@@ -476,22 +479,11 @@ class App:
         """
         check_key(request_id)
         guard_ttl = max(1, round(seconds(ttl, "ttl") * 1000))
-        call = ScriptCall(
-            "incr_once",
-            [self.keys.request(name, request_id), self.keys.counter(name)],
-            [guard_ttl, int(amount)],
-        )
-        _, scripts = self.sync_connection()
-        with translated(self.redis_url):
-            counted, value = scripts.run_all([call])[0]
-        return bool(counted), int(value)
+        return self.store.incr_once(name, request_id, int(amount), guard_ttl)
 
     def counter(self, name: str) -> int:
         """The current value of a counter kept by [incr_once][lockgate.App.incr_once]."""
-        client, _ = self.sync_connection()
-        with translated(self.redis_url):
-            value = client.get(self.keys.counter(name))
-        return int(value or 0)
+        return self.store.counter(name)
 
     def cooldown(self, key: str, period: float | timedelta) -> bool:
         """Start a cooldown on ``key`` unless one is running (the lesson's OTP check).
@@ -504,9 +496,7 @@ class App:
         """
         check_key(key)
         ms = max(1, round(seconds(period, "period") * 1000))
-        client, _ = self.sync_connection()
-        with translated(self.redis_url):
-            return bool(client.set(self.keys.cooldown(key), "1", nx=True, px=ms))
+        return self.store.cooldown(key, ms)
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Queue many jobs in one round trip (batches of 500 per script call).
@@ -518,82 +508,41 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        _, scripts = self.sync_connection()
-        with translated(self.redis_url):
-            replies = scripts.run_all(plan.calls)
-        return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
+        created = self.store.enqueue(plan)
+        return [EnqueueResult(j.id, c) for j, c in zip(jobs, created, strict=True)]
 
     async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Async [enqueue_many][lockgate.App.enqueue_many]."""
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        _, scripts = await self.async_connection()
-        with translated(self.redis_url):
-            replies = await scripts.run_all(plan.calls)
-        return [EnqueueResult(j.id, c) for j, c in zip(jobs, plan.created(replies), strict=True)]
+        created = await self.store.enqueue_async(plan)
+        return [EnqueueResult(j.id, c) for j, c in zip(jobs, created, strict=True)]
 
     def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
         """The app's shared sync client and its scripts (created on first use)."""
-        with self._lock:
-            if self._sync is None:
-                client = sync_client(self.redis_url)
-                self._sync = (client, SyncScripts(client))
-            return self._sync
+        return self.store.sync_connection()
 
     async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
         """The running loop's async client and its scripts (created on first use)."""
-        # redis.asyncio clients belong to one event loop; keep one per loop.
-        loop = asyncio.get_running_loop()
-        pair = self._async.get(loop)
-        if pair is not None:
-            return pair
-        for old in [old for old in self._async if old.is_closed()]:
-            del self._async[old]
-        client = await open_async_client(self.redis_url)
-        pair = self._async.setdefault(loop, (client, AsyncScripts(client)))
-        if pair[0] is not client:  # another caller of this loop made one meanwhile
-            await client.aclose()
-        return pair
-
-    def adopt_async_client(self, client: AsyncClient) -> None:
-        """Use ``client`` for this loop's async calls, unless the loop already has one."""
-        self._async.setdefault(asyncio.get_running_loop(), (client, AsyncScripts(client)))
-
-    def release_async_client(self, client: AsyncClient) -> None:
-        """Stop using an adopted ``client`` (its owner is about to close it)."""
-        loop = asyncio.get_running_loop()
-        if self._async.get(loop, (None,))[0] is client:
-            del self._async[loop]
+        return await self.store.async_connection()
 
     def client(self) -> SyncClient:
         """The app's sync Redis client (shared; for inspection and tests)."""
-        return self.sync_connection()[0]
+        return self.store.sync_connection()[0]
 
     def close(self) -> None:
         """Close the sync client."""
-        with self._lock:
-            if self._sync is not None:
-                self._sync[0].close()
-                self._sync = None
+        self.store.close()
 
     async def aclose(self) -> None:
         """Close this loop's async client."""
-        pair = self._async.pop(asyncio.get_running_loop(), None)
-        if pair is not None:
-            await pair[0].aclose()
+        await self.store.aclose()
 
     def _after_fork_in_child(self) -> None:
-        # Another parent thread may have held the lock. The async clients belong to the
-        # parent's loops: set aside, never closed here (closing one would unregister its
-        # socket from the epoll instance both processes share); the child's loops make
-        # their own. So is the sync client: its pool would notice the new pid, but its
-        # reset takes the pool's lock, which another parent thread may have held at fork.
-        self._lock = threading.Lock()
-        _FORKED_AWAY.append(self._async)
-        self._async = {}
-        _FORKED_AWAY.append(self._sync)
-        self._sync = None
+        # Another parent thread may have held a lock; the parent's clients are set aside,
+        # never closed here (see Store.after_fork_in_child).
+        self.store.after_fork_in_child(_FORKED_AWAY)
         self.lease_keeper._after_fork_in_child()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from lockgate import faults
@@ -210,11 +210,63 @@ class EnqueuePlan:
         return flags
 
 
-class Producer(Protocol):
-    """Pure builder of enqueue script calls for one backend."""
+@dataclass(frozen=True, slots=True)
+class LevelStats:
+    """Counts for one queue and level (``level`` is ``*`` on the sorted backend).
+
+    Attributes:
+        length: jobs in the queue: waiting plus pending.
+        waiting: jobs not yet handed to a worker.
+        pending: jobs handed to a worker and not finished (in flight).
+        delayed: jobs waiting for a due time (retries, delayed enqueues).
+        consumers: workers known to the consumer group (None on the sorted backend).
+        oldest_wait_ms: how long the next waiting job has waited (None when none waits).
+    """
+
+    queue: str
+    level: str
+    length: int
+    waiting: int
+    pending: int
+    delayed: int
+    consumers: int | None
+    oldest_wait_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+class Broker(Protocol):
+    """One backend's layout of jobs in Redis: pure builders of the calls that enqueue and
+    count jobs, and the consumer a worker reads with. Both backends keep this contract
+    (tests/integration/test_backend_contract.py runs one suite against each)."""
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the backend orders jobs itself (one ranked set per queue, read in
+        strict order) instead of one stream per level read by a weighted policy."""
 
     def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         """Calls that enqueue these jobs, in batches."""
+
+    def stats_calls(self, queues: Sequence[str]) -> list[ScriptCall]:
+        """Calls whose replies :meth:`parse_stats` turns into counts."""
+
+    def parse_stats(self, queues: Sequence[str], replies: Sequence[Any]) -> list[LevelStats]:
+        """Per queue and level, the counts in the replies of :meth:`stats_calls` (pure)."""
+
+    def consumer(
+        self,
+        client: AsyncClient,
+        *,
+        url: str,
+        queues: Sequence[str],
+        name: str,
+        lease_seconds: float,
+        claims: ReadClaims | None,
+    ) -> Consumer:
+        """A worker's consumer of ``queues`` on ``client`` (which it then owns)."""
 
 
 class Consumer(Protocol):

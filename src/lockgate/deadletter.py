@@ -16,8 +16,6 @@ from lockgate import codec
 from lockgate.app import App, Message
 from lockgate.broker import Delivery, text
 from lockgate.errors import ConfigError, SerializationError
-from lockgate.faults import translated
-from lockgate.lua import ScriptCall
 from lockgate.outcome import ErrorInfo
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
@@ -110,9 +108,7 @@ def _parse(entry_id: Any, flat: Any) -> DeadLetter:
 
 def list_dead(app: App, limit: int = 1000) -> list[DeadLetter]:
     """The oldest ``limit`` dead letters, oldest first."""
-    client, _ = app.sync_connection()
-    with translated(app.redis_url):
-        entries: list[Any] = client.xrange(app.keys.dead(), count=limit) or []
+    entries = app.store.dead_entries(count=limit)
     return [_parse(entry_id, fields) for entry_id, fields in entries]
 
 
@@ -120,11 +116,7 @@ def show_dead(app: App, entry_id: str) -> DeadLetter | None:
     """One dead letter by its id, or None (also for a string that is no stream id)."""
     if not STREAM_ID.match(entry_id):
         return None
-    client, _ = app.sync_connection()
-    with translated(app.redis_url):
-        entries: list[Any] = (
-            client.xrange(app.keys.dead(), min=entry_id, max=entry_id, count=1) or []
-        )
+    entries = app.store.dead_entries(entry_id, entry_id, count=1)
     return _parse(*entries[0]) if entries else None
 
 
@@ -210,7 +202,6 @@ def replay(
         app.levels.index(level)
     if queue is not None and queue not in app.queues:
         raise ConfigError(_unserved(app, queue))
-    client, _ = app.sync_connection()
     results = []
     for letter in letters:
         try:
@@ -222,8 +213,7 @@ def replay(
         if not created:
             results.append(Replayed(letter.id, fresh.id, "taken", "a job with this id is queued"))
             continue
-        with translated(app.redis_url):
-            client.xdel(app.keys.dead(), letter.id)
+        app.store.dead_delete(letter.id)
         results.append(Replayed(letter.id, fresh.id, "enqueued"))
     return results
 
@@ -252,25 +242,15 @@ def trim(app: App) -> int:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    call = ScriptCall("dlq_trim", [app.keys.dead()], trim_args(app))
-    _, scripts = app.sync_connection()
-    total = 0
-    with translated(app.redis_url):
-        while removed := int(scripts.run_all([call])[0]):
-            total += removed
-    return total
-
-
-# Entries one purge call deletes: milliseconds of work, so other clients barely wait.
-PURGE_CHUNK = 1000
+    return app.store.dead_trim(*trim_args(app))
 
 
 def purge(app: App) -> int:
     """Delete every dead letter there is when the purge starts.
 
-    Deletes in chunks of the oldest :data:`PURGE_CHUNK` letters, each one atomic script
-    call, never one DEL that blocks Redis on a huge stream. Letters dead-lettered while it
-    runs stay.
+    Deletes in chunks of the oldest :data:`lockgate.store.PURGE_CHUNK` letters, each one
+    atomic script call, never one DEL that blocks Redis on a huge stream. Letters
+    dead-lettered while it runs stay.
 
     Returns:
         How many dead letters were deleted.
@@ -278,23 +258,9 @@ def purge(app: App) -> int:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    client, scripts = app.sync_connection()
-    dead = app.keys.dead()
-    total = 0
-    with translated(app.redis_url):
-        newest: list[Any] = client.xrevrange(dead, count=1) or []
-        if not newest:
-            return 0
-        call = ScriptCall("dlq_purge", [dead], [PURGE_CHUNK, text(newest[0][0])])
-        while True:
-            deleted = int(scripts.run_all([call])[0])
-            total += deleted
-            if deleted < PURGE_CHUNK:
-                return total
+    return app.store.dead_purge()
 
 
 def count_dead(app: App) -> int:
     """How many dead letters there are."""
-    client, _ = app.sync_connection()
-    with translated(app.redis_url):
-        return int(client.xlen(app.keys.dead()))
+    return app.store.dead_count()

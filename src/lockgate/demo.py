@@ -29,7 +29,6 @@ from lockgate.app import App
 from lockgate.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
 from lockgate.context import current_job
 from lockgate.embedded import redis_url_or_embedded
-from lockgate.faults import translated
 from lockgate.tables import Column, display_width, fit, render, wrap
 from lockgate.worker import Worker
 
@@ -214,12 +213,9 @@ async def _until(done: Callable[[], bool], show: Callable[[], None]) -> None:
 
 async def _forget(app: App) -> None:
     """Delete the run's keys, so a demo against a real Redis leaves nothing behind."""
-    client, _ = await app.async_connection()
-    # Translated: this runs on the way out of a run that failed too, where a raw redis-py
-    # error would replace the one-line lockgate error the run raised.
-    with translated(app.redis_url):
-        async for key in client.scan_iter(match=f"{app.keys.prefix}:*", count=1000):
-            await client.unlink(key)
+    # This runs on the way out of a run that failed too: the store's errors are lockgate's
+    # one-line errors, never a raw redis-py error that would replace the one the run raised.
+    await app.store.forget_namespace()
 
 
 TITLE = "lockgate demo: 5,000 low + 500 normal + 100 critical, concurrency 8"

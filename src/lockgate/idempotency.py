@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
-from lockgate.faults import translated
 from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
@@ -122,9 +121,7 @@ class LeaseKeeper:
         live = [c for c in claims if c.token in self._claims]
         calls = [c.settle_call("renew", c.lease) for c in live]
         try:
-            _, scripts = app.sync_connection()
-            with translated(app.redis_url):
-                replies = scripts.run_all(calls) if calls else []
+            replies = app.store.run(calls)
         except Exception as e:  # keep renewing the others next round
             log.error("renewing %d idempotency leases failed: %s", len(calls), e)
             return
@@ -190,11 +187,11 @@ class Claim:
         self.step = step
         self.token = token or uuid.uuid4().hex
         self.lost = False
-        self._redis_key = app.keys.claim(key)
-        self._legacy_key = app.keys.claim(legacy_key) if legacy_key is not None else None
+        self._redis_key = app.store.claim_key(key)
+        self._legacy_key = app.store.claim_key(legacy_key) if legacy_key is not None else None
         self._legacy_scope = legacy_scope
         # Read once: the claim and its settle agree on where and how markers are written.
-        self.done_prefix = app.keys.done_bucket_prefix
+        self.done_prefix = app.store.done_prefix
         self.legacy_markers = app.legacy_markers
 
     @property
@@ -293,9 +290,7 @@ class Claim:
 
     def __enter__(self) -> Claim:
         self._guard()
-        _, scripts = self.app.sync_connection()
-        with translated(self.app.redis_url):
-            self.taken(scripts.run_all([self.claim_call()])[0])
+        self.taken(self.app.store.run([self.claim_call()])[0])
         if self.conn is not None:
             from lockgate.postgres import claim as pg_claim
 
@@ -325,9 +320,7 @@ class Claim:
 
     def _finish(self, action: str) -> None:
         self.app.lease_keeper.remove(self)
-        _, scripts = self.app.sync_connection()
-        with translated(self.app.redis_url):
-            kept = scripts.run_all([self.settle_call(action, self.ttl)])[0]
+        (kept,) = self.app.store.run([self.settle_call(action, self.ttl)])
         self.settled(action, kept)
 
     def settled(self, action: str, kept: int) -> None:
@@ -349,9 +342,7 @@ class Claim:
 
     async def __aenter__(self) -> Claim:
         self._guard()
-        _, scripts = await self.app.async_connection()
-        with translated(self.app.redis_url):
-            self.taken(await scripts.run_soon(self.claim_call()))
+        self.taken(await self.app.store.run_soon(self.claim_call()))
         if self.conn is not None:
             from lockgate.postgres import claim_async as pg_claim_async
 
@@ -375,7 +366,5 @@ class Claim:
 
     async def _afinish(self, action: str) -> None:
         self.app.lease_keeper.remove(self)
-        _, scripts = await self.app.async_connection()
-        with translated(self.app.redis_url):
-            kept = await scripts.run(self.settle_call(action, self.ttl))
+        (kept,) = await self.app.store.run_async([self.settle_call(action, self.ttl)])
         self.settled(action, kept)

@@ -187,7 +187,7 @@ class Settler:
         call = wire_call(self._consumer, self._app, ending)
         for attempt in range(APPLY_TRIES):
             try:
-                _, scripts = self._app.sync_connection()
+                _, scripts = self._app.store.sync_connection()
                 (reply,) = settle_sync(scripts, self._app.redis_url, [call])
                 if isinstance(reply, LockgateError):
                     raise reply

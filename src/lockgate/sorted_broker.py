@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
@@ -25,6 +24,7 @@ from lockgate.broker import (
     NOT_CLAIMED,
     Delivery,
     EnqueuePlan,
+    LevelStats,
     Outgoing,
     ReadClaim,
     ReadClaims,
@@ -37,6 +37,7 @@ from lockgate.broker import (
     translated_replies,
 )
 from lockgate.config import Levels
+from lockgate.connections import AsyncClient
 from lockgate.errors import SerializationError
 from lockgate.faults import translated
 from lockgate.keys import Keys
@@ -48,13 +49,53 @@ from lockgate.policy import aging_boost_us
 LEASE_MARGIN = 1.0
 
 
-class SortedProducer:
-    """Builds enqueue calls for the sorted backend."""
+class SortedBroker:
+    """The sorted backend's layout: enqueue and stats calls, and its consumers."""
+
+    ranked = True
 
     def __init__(self, keys: Keys, levels: Levels, aging_seconds: float) -> None:
         self._keys = keys
         self._levels = levels
         self._aging = aging_seconds
+
+    def consumer(
+        self,
+        client: AsyncClient,
+        *,
+        url: str,
+        queues: Sequence[str],
+        name: str,
+        lease_seconds: float,
+        claims: ReadClaims | None,
+    ) -> SortedConsumer:
+        return SortedConsumer(
+            client, url=url, keys=self._keys, levels=self._levels, queues=queues,
+            lease_seconds=lease_seconds, producer=self, consumer=name, claims=claims,
+        )  # fmt: skip
+
+    def stats_calls(self, queues: Sequence[str]) -> list[ScriptCall]:
+        calls = []
+        for queue in queues:
+            q = self._keys.sorted_keys(queue)
+            calls.append(
+                ScriptCall("stats_sorted", [q.waiting, q.inflight, q.payloads, q.delayed], [])
+            )
+        return calls
+
+    def parse_stats(self, queues: Sequence[str], replies: Sequence[Any]) -> list[LevelStats]:
+        stats = []
+        for queue, (now, waiting, inflight, payload, delayed) in zip(queues, replies, strict=True):
+            age = None
+            if payload:
+                try:
+                    age = max(0, now - round(codec.decode(payload).enqueued * 1000))
+                except SerializationError:
+                    age = None
+            stats.append(
+                LevelStats(queue, "*", waiting + inflight, waiting, inflight, delayed, None, age)
+            )
+        return stats
 
     def boost(self, level: str) -> int:
         """A level's head start in microseconds."""
@@ -85,14 +126,14 @@ class SortedConsumer:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncClient,
         *,
         url: str,
         keys: Keys,
         levels: Levels,
         queues: Sequence[str],
         lease_seconds: float,
-        producer: SortedProducer,
+        producer: SortedBroker,
         consumer: str,
         claims: ReadClaims | None = None,
     ) -> None:
@@ -212,7 +253,7 @@ class SortedConsumer:
                 await self._scripts.run_all(calls)
 
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> AsyncClient:
         return self._client
 
     async def close(self) -> None:

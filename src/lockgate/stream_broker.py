@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.typing import KeyT, StreamIdT
 
 from lockgate import codec
@@ -20,6 +19,7 @@ from lockgate.broker import (
     NOT_CLAIMED,
     Delivery,
     EnqueuePlan,
+    LevelStats,
     Outgoing,
     ReadClaim,
     ReadClaims,
@@ -33,6 +33,7 @@ from lockgate.broker import (
 )
 from lockgate.codec import Job
 from lockgate.config import Levels
+from lockgate.connections import AsyncClient
 from lockgate.errors import SerializationError
 from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
@@ -41,11 +42,51 @@ from lockgate.lua import Arg, AsyncScripts, ScriptCall
 JOB_FIELD = b"job"
 
 
-class StreamProducer:
-    """Builds enqueue calls for the streams backend."""
+class StreamBroker:
+    """The streams backend's layout: enqueue and stats calls, and its consumers."""
 
-    def __init__(self, keys: Keys) -> None:
+    ranked = False
+
+    def __init__(self, keys: Keys, levels: Levels) -> None:
         self._keys = keys
+        self._levels = levels
+
+    def consumer(
+        self,
+        client: AsyncClient,
+        *,
+        url: str,
+        queues: Sequence[str],
+        name: str,
+        lease_seconds: float,
+        claims: ReadClaims | None,
+    ) -> StreamConsumer:
+        # Streams have no lease: a dead worker's jobs are reclaimed from the PEL.
+        return StreamConsumer(
+            client, url=url, keys=self._keys, levels=self._levels, queues=queues,
+            consumer=name, claims=claims,
+        )  # fmt: skip
+
+    def _stats_layout(self, queues: Sequence[str]) -> list[tuple[str, str]]:
+        return [(queue, level) for queue in queues for level in self._levels.names]
+
+    def stats_calls(self, queues: Sequence[str]) -> list[ScriptCall]:
+        layout = self._stats_layout(queues)
+        streams = [self._keys.stream(queue, level) for queue, level in layout]
+        delayed = [self._keys.delayed(queue, level) for queue, level in layout]
+        return [ScriptCall("stats_stream", streams + delayed, [GROUP])]
+
+    def parse_stats(self, queues: Sequence[str], replies: Sequence[Any]) -> list[LevelStats]:
+        ((now, rows),) = replies
+        stats = []
+        for i, (queue, level) in enumerate(self._stats_layout(queues)):
+            length, pending, consumers, oldest, waiting_later = rows[5 * i : 5 * i + 5]
+            oldest_id = text(oldest)
+            age = max(0, now - int(oldest_id.split("-", 1)[0])) if oldest_id else None
+            stats.append(LevelStats(
+                queue, level, length, length - pending, pending, waiting_later, consumers, age
+            ))  # fmt: skip
+        return stats
 
     def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         calls, positions = [], []
@@ -88,7 +129,7 @@ class StreamConsumer:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncClient,
         *,
         url: str,
         keys: Keys,
@@ -232,7 +273,7 @@ class StreamConsumer:
                 await self._scripts.run_all(calls)
 
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> AsyncClient:
         return self._client
 
     async def close(self) -> None:

@@ -37,9 +37,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lockgate.app import App
-from lockgate.broker import Consumer, Delivery, ReadClaims
+from lockgate.broker import Consumer, Delivery
 from lockgate.config import WorkerConfig
-from lockgate.connections import connect_worker_client, server_warnings
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
@@ -47,8 +46,6 @@ from lockgate.outcome import dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.settler import Settler
-from lockgate.sorted_broker import SortedConsumer, SortedProducer
-from lockgate.stream_broker import StreamConsumer
 
 log = logging.getLogger(__name__)
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
@@ -131,13 +128,20 @@ class Worker:
             AccessDenied: Redis refuses this client (password, ACL, missing command).
         """
         concurrency = self.config.concurrency
-        client = await connect_worker_client(
-            self.app.redis_url, max_connections=2 * concurrency + 8
-        )
-        for warning in await server_warnings(client):
+        store = self.app.store
+        client, warnings = await store.connect_worker(max_connections=2 * concurrency + 8)
+        for warning in warnings:
             log.warning("%s", warning)
-        consumer = self._consumer = self._make_consumer(client)
-        self.app.adopt_async_client(client)  # claims and tasks share the worker's client
+        # Jobs of idempotent tasks are claimed by the read that hands them out.
+        idempotent = [name for name, task in self.app.tasks.items() if task.idempotent]
+        consumer = self._consumer = store.consumer(
+            client, queues=self.queues, name=self.name,
+            lease_seconds=self.config.visibility_seconds,
+            claims=store.read_claims(
+                idempotent, self.config.claim_lease_seconds, self.app.legacy_markers
+            ),
+        )  # fmt: skip
+        store.adopt_async_client(client)  # claims and tasks share the worker's client
         self._burst = burst
         # Sync runs, runs abandoned at their timeout, and waits on child processes.
         self._pool = TaskPool(concurrency * 3)
@@ -166,29 +170,8 @@ class Worker:
         if self._fatal is not None:
             raise self._fatal
 
-    def _make_consumer(self, client: Any) -> Consumer:
-        # Jobs of idempotent tasks are claimed by the read that hands them out.
-        claims = ReadClaims(
-            self.app.keys.claim(""),
-            tuple(sorted(name for name, task in self.app.tasks.items() if task.idempotent)),
-            self.config.claim_lease_seconds,
-            self.app.keys.done_bucket_prefix,
-            self.app.legacy_markers,
-        )
-        if self.app.backend == "sorted":
-            assert isinstance(self.app.producer, SortedProducer)
-            return SortedConsumer(
-                client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
-                queues=self.queues, lease_seconds=self.config.visibility_seconds,
-                producer=self.app.producer, consumer=self.name, claims=claims,
-            )  # fmt: skip
-        return StreamConsumer(
-            client, url=self.app.redis_url, keys=self.app.keys, levels=self.app.levels,
-            queues=self.queues, consumer=self.name, claims=claims,
-        )  # fmt: skip
-
     def _policy(self) -> ReadPolicy:
-        if self.app.backend == "sorted":  # the ranked set itself decides the order
+        if self.app.store.broker.ranked:  # the ranked set itself decides the order
             return StrictPolicy(len(self.app.levels.names))
         return make_policy(self.config.policy, list(self.app.levels.weights.values()))
 
@@ -247,7 +230,7 @@ class Worker:
             return True
         if time.monotonic() >= self._next_reclaim and await self._reclaim():
             return False
-        mine = self._mine() if self.app.backend == "sorted" else ()
+        mine = self._mine() if self.app.store.broker.ranked else ()
         result = await self._consumer.read(free, policy.plan(free), mine)
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:
@@ -424,7 +407,7 @@ class Worker:
         for helper in stuck:
             helper.cancel()
         if self._consumer is not None:
-            self.app.release_async_client(self._consumer.client)
+            self.app.store.release_async_client(self._consumer.client)
             await self._consumer.close()
         if self._abandoned:
             await asyncio.wait(self._abandoned, timeout=5)

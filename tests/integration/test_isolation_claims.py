@@ -51,7 +51,7 @@ async def test_a_child_claims_while_the_parent_holds_claims_and_locks(
 
     with ThreadPoolExecutor(2) as pool, app.idempotent("parent:sync", ttl=60) as parent_claim:
         # Held by the parent's loop thread while an executor thread forks.
-        with app._lock, app.lease_keeper._lock:
+        with app.store._lock, app.lease_keeper._lock:
             ended = await run_in_child(work, timeout=30, executor=pool)
         assert ended.report is not None, ended.reason
         # The parent's claim is untouched and still the parent's to renew.

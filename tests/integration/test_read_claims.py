@@ -16,30 +16,23 @@ import pytest
 import redis
 
 from lockgate import App
-from lockgate.broker import ReadClaims
+from lockgate.broker import Consumer
 from lockgate.config import WorkerConfig
 from lockgate.connections import async_client
 from lockgate.deadletter import list_dead
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
-from lockgate.sorted_broker import SortedConsumer, SortedProducer
-from lockgate.stream_broker import StreamConsumer
 from lockgate.worker import Worker
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}
 ESCAPED = 'pay "A\\1" \u00e9'  # a quote, a backslash and a non-ASCII letter
 
 
-def consumer_for(app: App, client: Any) -> StreamConsumer | SortedConsumer:
-    claims = ReadClaims(app.keys.claim(""), ("charge",), 30.0, app.keys.done_bucket_prefix)
-    common: dict[str, Any] = {
-        "url": app.redis_url, "keys": app.keys, "levels": app.levels, "queues": ["default"],
-        "consumer": "reader", "claims": claims,
-    }  # fmt: skip
-    if app.backend == "sorted":
-        assert isinstance(app.producer, SortedProducer)
-        return SortedConsumer(client, lease_seconds=30.0, producer=app.producer, **common)
-    return StreamConsumer(client, **common)
+def consumer_for(app: App, client: Any) -> Consumer:
+    return app.store.consumer(
+        client, queues=["default"], name="reader", lease_seconds=30.0,
+        claims=app.store.read_claims(["charge"], 30.0, legacy_markers=False),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["streams", "sorted"])

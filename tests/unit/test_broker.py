@@ -17,8 +17,8 @@ from lockgate.connections import async_client, sync_client
 from lockgate.faults import translated
 from lockgate.keys import Keys
 from lockgate.policy import reconnect_delay
-from lockgate.sorted_broker import SortedProducer
-from lockgate.stream_broker import StreamProducer
+from lockgate.sorted_broker import SortedBroker
+from lockgate.stream_broker import StreamBroker
 
 
 def test_masked_hides_only_the_password() -> None:
@@ -203,7 +203,7 @@ def outgoing(job_id: str, queue: str, level: str, delay_ms: int = 0) -> Outgoing
 def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
     keys = Keys("ns")
     jobs = [outgoing("a", "q", "low"), outgoing("b", "r", "critical", 1500)]
-    plan = StreamProducer(keys).plan_enqueue(jobs)
+    plan = StreamBroker(keys, Levels()).plan_enqueue(jobs)
     (call,) = plan.calls
     assert call.script == "enqueue_stream"
     assert list(call.keys) == [
@@ -213,7 +213,7 @@ def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
     ]  # fmt: skip
     assert list(call.args) == [b"data-a", 0, b"data-b", 1500]
     assert plan.positions == [[0, 1]]
-    many = StreamProducer(keys).plan_enqueue([outgoing(f"j{n}", "q", "low") for n in range(501)])
+    many = StreamBroker(keys, Levels()).plan_enqueue([outgoing(f"j{n}", "q", "low") for n in range(501)])
     assert [len(c.keys) for c in many.calls] == [1501, 4]
     assert [len(c.args) for c in many.calls] == [1000, 2]
     assert many.positions == [list(range(500)), [500]]
@@ -221,7 +221,7 @@ def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
 
 def test_sorted_plan_groups_jobs_by_queue_with_four_values_each() -> None:
     keys = Keys("ns")
-    producer = SortedProducer(keys, Levels(), aging_seconds=1.0)
+    producer = SortedBroker(keys, Levels(), aging_seconds=1.0)
     jobs = [
         outgoing("a", "q", "low"),
         outgoing("b", "r", "normal"),

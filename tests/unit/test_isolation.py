@@ -424,12 +424,12 @@ async def test_locks_held_by_parent_threads_are_free_in_the_child(
     keeper._claims["parent-token"] = object()  # type: ignore[assignment]
 
     def probe() -> bytes:
-        free = app._lock.acquire(timeout=2) and keeper._lock.acquire(timeout=2)
-        return repr((free, len(keeper._claims), len(app._async), keeper._thread)).encode()
+        free = app.store._lock.acquire(timeout=2) and keeper._lock.acquire(timeout=2)
+        return repr((free, len(keeper._claims), len(app.store._async), keeper._thread)).encode()
 
     try:
         # Held by this (the loop's) thread while another thread forks.
-        with app._lock, keeper._lock:
+        with app.store._lock, keeper._lock:
             ended = await run_in_child(probe, timeout=30, executor=executor)
         assert ended == ChildExit(b"(True, 0, 0, None)", "")
         assert keeper._claims == {"parent-token": keeper._claims["parent-token"]}

@@ -1,0 +1,299 @@
+"""The seam between lockgate and Redis: one Store per App.
+
+A Store owns the App's connections (a sync client, one async client per event loop, or
+the worker's) to whatever the URL names (one server, a Redis Cluster, a Sentinel's
+primary) and makes every call lockgate sends about the namespace: enqueue, the worker's
+consumer, claims, counters, dead letters, stats. It alone knows the key names
+(:mod:`lockgate.keys`) and which backend (:mod:`lockgate.stream_broker`,
+:mod:`lockgate.sorted_broker`) lays out the jobs; the modules above it speak in jobs,
+letters and counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from lockgate.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
+from lockgate.config import Backend, Levels
+from lockgate.connections import (
+    AsyncClient,
+    SyncClient,
+    connect_worker_client,
+    open_async_client,
+    server_warnings,
+    sync_client,
+)
+from lockgate.errors import ConfigError
+from lockgate.faults import translated
+from lockgate.keys import Keys
+from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
+from lockgate.sorted_broker import SortedBroker
+from lockgate.stream_broker import StreamBroker
+
+# Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
+PURGE_CHUNK = 1000
+
+
+class Store:
+    """Connections to Redis and every call about one namespace's keys.
+
+    Args:
+        url: the Redis URL (one server, cluster seeds, or a Sentinel service).
+        namespace: the key namespace (one Cluster hash tag).
+        levels: the App's priority levels.
+        backend: ``streams`` or ``sorted``.
+        aging_seconds: the sorted backend's head start per level.
+    """
+
+    def __init__(
+        self, url: str, namespace: str, levels: Levels, backend: Backend, aging_seconds: float
+    ) -> None:
+        self.url = url
+        self.keys = Keys(namespace)
+        self.broker: Broker = (
+            StreamBroker(self.keys, levels)
+            if backend == "streams"
+            else SortedBroker(self.keys, levels, aging_seconds)
+        )
+        self._lock = threading.Lock()
+        self._sync: tuple[SyncClient, SyncScripts] | None = None
+        self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
+
+    # connections
+
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
+        """The shared sync client and its scripts (created on first use)."""
+        with self._lock:
+            if self._sync is None:
+                client = sync_client(self.url)
+                self._sync = (client, SyncScripts(client))
+            return self._sync
+
+    async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
+        """The running loop's async client and its scripts (created on first use)."""
+        # redis.asyncio clients belong to one event loop; keep one per loop.
+        loop = asyncio.get_running_loop()
+        pair = self._async.get(loop)
+        if pair is not None:
+            return pair
+        for old in [old for old in self._async if old.is_closed()]:
+            del self._async[old]
+        client = await open_async_client(self.url)
+        pair = self._async.setdefault(loop, (client, AsyncScripts(client)))
+        if pair[0] is not client:  # another caller of this loop made one meanwhile
+            await client.aclose()
+        return pair
+
+    async def connect_worker(self, max_connections: int) -> tuple[AsyncClient, list[str]]:
+        """A worker's own async client, checked, and the server's configuration risks.
+
+        Raises:
+            ConnectionFailed: nothing (or no Redis) answers at the URL.
+            BrokerError: the server refused the client.
+        """
+        client = await connect_worker_client(self.url, max_connections=max_connections)
+        return client, await server_warnings(client)
+
+    def retarget(self, url: str) -> None:
+        """Use another URL from now on (the CLI's ``--url``); the sync client closes.
+
+        Raises:
+            ConfigError: an async client is open (it belongs to its loop: close it first).
+        """
+        if self._async:
+            raise ConfigError("the Redis URL cannot change while async clients are open")
+        self.close()
+        self.url = url
+
+    def adopt_async_client(self, client: AsyncClient) -> None:
+        """Use ``client`` for this loop's async calls, unless the loop already has one."""
+        self._async.setdefault(asyncio.get_running_loop(), (client, AsyncScripts(client)))
+
+    def release_async_client(self, client: AsyncClient) -> None:
+        """Stop using an adopted ``client`` (its owner is about to close it)."""
+        loop = asyncio.get_running_loop()
+        if self._async.get(loop, (None,))[0] is client:
+            del self._async[loop]
+
+    def close(self) -> None:
+        """Close the sync client."""
+        with self._lock:
+            if self._sync is not None:
+                self._sync[0].close()
+                self._sync = None
+
+    async def aclose(self) -> None:
+        """Close this loop's async client."""
+        pair = self._async.pop(asyncio.get_running_loop(), None)
+        if pair is not None:
+            await pair[0].aclose()
+
+    def after_fork_in_child(self, forked_away: list[object]) -> None:
+        """Set the parent's clients aside (into ``forked_away``, never closed here).
+
+        Closing an async client would unregister its socket from the epoll instance both
+        processes share; the sync client's pool reset takes a lock another parent thread
+        may have held at fork. The child's loops and threads make their own.
+        """
+        self._lock = threading.Lock()
+        forked_away.append(self._async)
+        self._async = {}
+        forked_away.append(self._sync)
+        self._sync = None
+
+    # script calls
+
+    def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run script calls in one round trip per node (sync); errors translated."""
+        _, scripts = self.sync_connection()
+        with translated(self.url):
+            return scripts.run_all(calls) if calls else []
+
+    async def run_async(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Async :meth:`run`."""
+        _, scripts = await self.async_connection()
+        with translated(self.url):
+            return await scripts.run_all(calls) if calls else []
+
+    async def run_soon(self, call: ScriptCall) -> Any:
+        """Run one call in the round trip of every call made in this turn of the event
+        loop (see :meth:`lockgate.lua.AsyncScripts.run_soon`); errors translated."""
+        _, scripts = await self.async_connection()
+        with translated(self.url):
+            return await scripts.run_soon(call)
+
+    # jobs
+
+    def enqueue(self, plan: EnqueuePlan) -> list[bool]:
+        """Run an enqueue plan; per job, False when its id was already queued or running."""
+        return plan.created(self.run(plan.calls))
+
+    async def enqueue_async(self, plan: EnqueuePlan) -> list[bool]:
+        """Async :meth:`enqueue`."""
+        return plan.created(await self.run_async(plan.calls))
+
+    def read_claims(
+        self, tasks: Sequence[str], lease_seconds: float, legacy_markers: bool
+    ) -> ReadClaims:
+        """How a worker's reads claim the jobs of the idempotent ``tasks``."""
+        return ReadClaims(
+            self.keys.claim(""), tuple(sorted(tasks)), lease_seconds,
+            self.keys.done_bucket_prefix, legacy_markers,
+        )  # fmt: skip
+
+    def consumer(
+        self,
+        client: AsyncClient,
+        *,
+        queues: Sequence[str],
+        name: str,
+        lease_seconds: float,
+        claims: ReadClaims | None,
+    ) -> Consumer:
+        """A worker's consumer of ``queues`` on its own ``client``."""
+        return self.broker.consumer(
+            client, url=self.url, queues=queues, name=name, lease_seconds=lease_seconds,
+            claims=claims,
+        )  # fmt: skip
+
+    async def stats(self, queues: Sequence[str]) -> tuple[list[LevelStats], int]:
+        """Per queue and level the counts, and how many dead letters there are."""
+        client, _ = await self.async_connection()
+        rows = self.broker.parse_stats(
+            queues, await self.run_async(self.broker.stats_calls(queues))
+        )
+        with translated(self.url):
+            dead = int(await client.xlen(self.keys.dead()))
+        return rows, dead
+
+    # claims and counters
+
+    def claim_key(self, key: str) -> str:
+        """The Redis key of the idempotency claim on ``key``."""
+        return self.keys.claim(key)
+
+    @property
+    def done_prefix(self) -> str:
+        """The done-marker buckets' prefix (the claim scripts append a bucket's digits)."""
+        return self.keys.done_bucket_prefix
+
+    def incr_once(self, name: str, request_id: str, amount: int, ttl_ms: int) -> tuple[bool, int]:
+        """Add ``amount`` to counter ``name`` unless ``request_id`` was counted."""
+        call = ScriptCall(
+            "incr_once", [self.keys.request(name, request_id), self.keys.counter(name)],
+            [ttl_ms, amount],
+        )  # fmt: skip
+        counted, value = self.run([call])[0]
+        return bool(counted), int(value)
+
+    def counter(self, name: str) -> int:
+        """Counter ``name``'s value (0 when never counted)."""
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            return int(client.get(self.keys.counter(name)) or 0)
+
+    def cooldown(self, key: str, ms: int) -> bool:
+        """Start a cooldown of ``ms`` on ``key`` unless one runs (one SET NX PX)."""
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            return bool(client.set(self.keys.cooldown(key), "1", nx=True, px=ms))
+
+    # dead letters
+
+    def dead_entries(self, first: str = "-", last: str = "+", count: int = 1000) -> list[Any]:
+        """Dead-letter stream entries from ``first`` to ``last``, oldest first."""
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            return list(client.xrange(self.keys.dead(), min=first, max=last, count=count) or [])
+
+    def dead_delete(self, entry_id: str) -> int:
+        """Delete one dead letter; 1 when it was there."""
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            return int(client.xdel(self.keys.dead(), entry_id))
+
+    def dead_count(self) -> int:
+        """How many dead letters there are."""
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            return int(client.xlen(self.keys.dead()))
+
+    def dead_trim(self, max_len: int, max_age_ms: int) -> int:
+        """Trim dead letters to ``max_len`` entries and ``max_age_ms`` (0: no limit), a
+        bounded amount per script call; how many were removed."""
+        call = ScriptCall("dlq_trim", [self.keys.dead()], [max_len, max_age_ms])
+        total = 0
+        while removed := int(self.run([call])[0]):
+            total += removed
+        return total
+
+    def dead_purge(self) -> int:
+        """Delete every dead letter there is when the purge starts, :data:`PURGE_CHUNK` per
+        atomic call (never one DEL that blocks Redis); how many were deleted."""
+        client, _ = self.sync_connection()
+        dead = self.keys.dead()
+        with translated(self.url):
+            newest: list[Any] = client.xrevrange(dead, count=1) or []
+        if not newest:
+            return 0
+        call = ScriptCall("dlq_purge", [dead], [PURGE_CHUNK, text(newest[0][0])])
+        total = 0
+        while True:
+            deleted = int(self.run([call])[0])
+            total += deleted
+            if deleted < PURGE_CHUNK:
+                return total
+
+    # the namespace
+
+    async def forget_namespace(self) -> int:
+        """Delete every key of the namespace (on every primary); how many were deleted."""
+        client, _ = await self.async_connection()
+        deleted = 0
+        with translated(self.url):
+            async for key in client.scan_iter(match=f"{self.keys.prefix}:*", count=1000):
+                deleted += int(await client.unlink(key))
+        return deleted
