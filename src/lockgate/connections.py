@@ -2,7 +2,7 @@
 
 The URL's form (see :mod:`lockgate.addresses`) picks the client: several hosts are a
 cluster's seeds, ``redis+sentinel://`` names a primary that the Sentinels follow, one host
-is probed once per process (``INFO cluster``) and gets the cluster client when the server
+is probed once per process (``HELLO``) and gets the cluster client when the server
 runs in cluster mode. A cluster has only database 0: any other number is a ConfigError.
 
 Every client bounds its connect; clients whose calls never block on the server bound
@@ -38,6 +38,7 @@ from lockgate.addresses import Address, masked, parse_address
 from lockgate.errors import ConfigError, ConnectionFailed
 from lockgate.faults import translated
 from lockgate.packing import with_hiredis_packing
+from lockgate.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 AsyncClient: TypeAlias = "aioredis.Redis | aiocluster.RedisCluster"
@@ -94,6 +95,10 @@ def _node_options(address: Address, *, db: bool) -> dict[str, Any]:
     options = dict(parse_url(address.node_url(host, port, db=db)))  # type: ignore[no-untyped-call]
     options.pop("host", None)
     options.pop("port", None)
+    # parse_url names TLS by its connection class, which only a pool takes: clients
+    # (a probe, a cluster's nodes, a Sentinel's primary) take ssl=True instead.
+    if options.pop("connection_class", None) is not None and address.tls:
+        options["ssl"] = True
     return options
 
 
@@ -149,10 +154,7 @@ def _sentinel_keywords(address: Address, socket_timeout: float | None) -> dict[s
 
 def _primary_keywords(address: Address, socket_timeout: float | None) -> dict[str, Any]:
     """Keywords for the clients of a Sentinel's primary (``ssl=True`` picks TLS there)."""
-    keywords = _node_options(address, db=True) | _socket_options(address, socket_timeout)
-    if keywords.pop("connection_class", None) is not None and address.tls:
-        keywords["ssl"] = True
-    return keywords
+    return _node_options(address, db=True) | _socket_options(address, socket_timeout)
 
 
 # --- sync ----------------------------------------------------------------------------------
@@ -167,7 +169,7 @@ def sync_client(url: str, *, cluster: bool | None = None) -> SyncClient:
 
     Args:
         cluster: for a one-host URL, whether it is a cluster node; None asks the server
-            (``INFO cluster``, once per URL and process).
+            (``HELLO``, once per URL and process).
 
     Raises:
         ConfigError: the URL is not a Redis URL, or names a database other than 0 on a
@@ -232,11 +234,21 @@ def _probe_sync(address: Address, url: str) -> bool:
         )
         try:
             with translated(masked(url)):
-                info: Mapping[str, Any] = probe.info("cluster")
+                facts = _hello_sync(probe)
         finally:
             probe.close()
-        enabled = _in_cluster_mode[url] = int(info.get("cluster_enabled", 0)) == 1
+        check_server(facts, url)
+        enabled = _in_cluster_mode[url] = facts.cluster
         return enabled
+
+
+def _hello_sync(client: redis.Redis) -> ServerFacts:
+    try:
+        return facts_from_hello(client.execute_command("HELLO"))  # type: ignore[no-untyped-call]
+    except redis.ResponseError as e:
+        if not _unknown_command(e):
+            raise
+    return facts_from_info(client.info("server"))
 
 
 # --- async ---------------------------------------------------------------------------------
@@ -289,7 +301,7 @@ def async_client(
 async def open_async_client(
     url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, max_connections: int | None = None
 ) -> AsyncClient:
-    """:func:`async_client` for any URL: a one-host URL is first asked ``INFO cluster``
+    """:func:`async_client` for any URL: a one-host URL is first asked ``HELLO``
     (within :data:`HANDSHAKE_TIMEOUT`; once per URL and process), and a cluster node gets
     the cluster client.
 
@@ -305,10 +317,10 @@ async def open_async_client(
         # Without the database: a cluster node refuses SELECT (the number is checked next).
         probe = async_client(address.node_url(*address.hosts[0], db=False), max_connections=1)
         try:
-            info = await first_contact(probe, url)
+            facts = await first_contact(probe, url)
         finally:
             await probe.aclose()
-        cluster = _in_cluster_mode[url] = int(info.get("cluster_enabled", 0)) == 1
+        cluster = _in_cluster_mode[url] = facts.cluster
     return async_client(url, cluster=bool(cluster), **options)
 
 
@@ -363,26 +375,50 @@ def _async_sentinel(address: Address, socket_timeout: float | None, size: int) -
     return client
 
 
-async def first_contact(client: AsyncClient, url: str) -> Mapping[str, Any]:
-    """``INFO cluster`` as the client's first command, bounded by HANDSHAKE_TIMEOUT.
+async def first_contact(client: AsyncClient, url: str) -> ServerFacts:
+    """``HELLO`` as the client's first command, bounded by HANDSHAKE_TIMEOUT, and the
+    server checked (see :func:`check_server`).
+
+    HELLO is the probe because no ACL can refuse it (``no-auth`` commands skip the
+    command check): a user limited to lockgate's commands, INFO not among them, is served.
+    Without arguments, so the connection keeps the protocol redis-py chose. A server
+    older than 6.2 (no HELLO, or one that needs a protocol version) is asked ``INFO
+    server`` instead.
 
     Raises:
+        ConfigError: the server is older than 7.0, or is a Sentinel.
         ConnectionFailed: no reply in time, or a reply that is not Redis's (the reason
             says so: "is this a Redis server?").
-        BrokerError: the server refused (a wrong password, an ACL; see lockgate.faults).
+        BrokerError: the server refused (a wrong password; see lockgate.faults).
     """
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
             with translated(masked(url)):
                 try:
-                    info: Mapping[str, Any] = await client.info("cluster")
-                    return info
+                    facts = await _hello_async(client)
                 except redis.exceptions.InvalidResponse as e:
                     reason = f"not a Redis reply ({e}): {NOT_REDIS}"
                     raise ConnectionFailed(masked(url), reason) from e
     except TimeoutError as e:
         reason = f"no Redis reply within {HANDSHAKE_TIMEOUT:g} s: {NOT_REDIS}"
         raise ConnectionFailed(masked(url), reason) from e
+    check_server(facts, url)
+    return facts
+
+
+async def _hello_async(client: AsyncClient) -> ServerFacts:
+    try:
+        return facts_from_hello(await client.execute_command("HELLO"))
+    except redis.ResponseError as e:
+        if not _unknown_command(e):
+            raise
+    return facts_from_info(await client.info("server"))
+
+
+def _unknown_command(error: redis.ResponseError) -> bool:
+    """Whether HELLO without arguments is beyond the server (older than 6.2)."""
+    message = str(error).lower()
+    return message.startswith("unknown command") or "wrong number of arguments" in message
 
 
 async def connect_worker_client(url: str, *, max_connections: int) -> AsyncClient:

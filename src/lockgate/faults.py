@@ -73,7 +73,7 @@ def translate(error: redis.RedisError | RedisClusterException | OSError, url: st
     if code in TRANSIENT_CODES:
         return ServerBusy(message)
     if code in FATAL_CODES or "unknown command" in message.lower():
-        return AccessDenied(f"Redis at {url} refused: {message}")
+        return AccessDenied(f"Redis at {url} refused: {message}{_too_old(message)}")
     if isinstance(error, NoScriptError) or code == "NOSCRIPT" or _reloads(message):
         return ScriptError(message)
     return BrokerError(message)
@@ -87,6 +87,14 @@ def translated(url: str) -> Iterator[None]:
         yield
     except REDIS_FAULTS as e:
         raise translate(e, masked(url)) from e
+
+
+def _too_old(message: str) -> str:
+    """A hint when the unknown command is one of Redis 7's Functions."""
+    lowered = message.lower()
+    if any(f"unknown command '{name}'" in lowered for name in ("fcall", "fcall_ro", "function")):
+        return " (lockgate needs Redis 7.0 or newer: its scripts are a Functions library)"
+    return ""
 
 
 def _reloads(message: str) -> bool:

@@ -75,3 +75,27 @@ async def test_a_sigkilled_primary_is_followed_to_the_promoted_replica(ledger: s
 
         served = await serve_through(app, ledger, kill, after=JOBS // 4)
     check("Sentinel, SIGKILL of the primary", served, started)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_plain_url_to_a_sentinel_says_to_use_redis_sentinel(
+    sentinel: LocalSentinel, kind: str
+) -> None:
+    """A Sentinel holds no jobs: a redis:// URL to one is a one-line ConfigError naming the
+    URL form to use, for producers (sync) and workers (async) alike."""
+    url = f"redis://{sentinel.sentinels[0].address}/0?client_name={kind}"
+    app = App(url, namespace="sentinel-plain")
+
+    @app.task
+    def job() -> None: ...
+
+    with pytest.raises(ConfigError) as caught:
+        if kind == "sync":
+            job.enqueue()
+        else:
+            await worker_for(app).run(burst=True)
+    message = str(caught.value)
+    assert "is a Redis Sentinel" in message and "redis+sentinel://" in message
+    assert "\n" not in message
+    app.close()
+    await app.aclose()

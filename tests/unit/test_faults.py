@@ -82,3 +82,13 @@ def test_anything_else_is_retried_not_dropped() -> None:
     error = translate(redis.ResponseError("WRONGTYPE Operation against a key"), URL)
     assert type(error) is BrokerError
     assert classify(error) == "transient"
+
+
+def test_an_unknown_functions_command_says_which_redis_lockgate_needs() -> None:
+    error = translate(
+        redis.ResponseError("unknown command 'FCALL', with args beginning with: "), "r:6379"
+    )
+    assert isinstance(error, AccessDenied)
+    assert "Redis 7.0 or newer" in str(error)
+    other = translate(redis.ResponseError("unknown command 'XAUTOCLAIM'"), "r:6379")
+    assert "7.0" not in str(other)
