@@ -6,7 +6,8 @@
 | BUSY, LOADING, OOM, READONLY, MASTERDOWN, TRYAGAIN,           | ServerBusy         | transient |
 | CLUSTERDOWN, NOREPLICAS, NOT BUSY... (the server says "later") |                    |           |
 | Function not found, NOSCRIPT (a fresh or flushed server)      | ScriptError        | reload    |
-| NOPERM, WRONGPASS, NOAUTH, unknown command                    | AccessDenied       | fatal     |
+| NOPERM, WRONGPASS, NOAUTH, unknown command, an ACL refusal    | AccessDenied       | fatal     |
+| of a command inside a function                               |                    |           |
 | a cluster client's own refusal (slot not covered, ...)        | ServerBusy         | transient |
 | anything else the server refused                              | BrokerError        | transient |
 
@@ -72,7 +73,7 @@ def translate(error: redis.RedisError | RedisClusterException | OSError, url: st
         return ServerBusy(message)
     if code in TRANSIENT_CODES:
         return ServerBusy(message)
-    if code in FATAL_CODES or "unknown command" in message.lower():
+    if code in FATAL_CODES or "unknown command" in message.lower() or _refused_inside(message):
         return AccessDenied(f"Redis at {url} refused: {message}{_too_old(message)}")
     if isinstance(error, NoScriptError) or code == "NOSCRIPT" or _reloads(message):
         return ScriptError(message)
@@ -87,6 +88,13 @@ def translated(url: str) -> Iterator[None]:
         yield
     except REDIS_FAULTS as e:
         raise translate(e, masked(url)) from e
+
+
+def _refused_inside(message: str) -> bool:
+    """Whether an ACL refused a command that a lockgate function calls (Redis 7.0 says
+    "The user executing the script can't run this command"; later ones, NOPERM)."""
+    lowered = message.lower()
+    return "user executing the script can't" in lowered or "noperm" in lowered
 
 
 def _too_old(message: str) -> str:

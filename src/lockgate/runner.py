@@ -34,6 +34,7 @@ from lockgate.codec import Job
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, set_current
 from lockgate.errors import (
+    AccessDenied,
     AlreadyProcessed,
     BrokerError,
     ClaimBusy,
@@ -238,6 +239,8 @@ class JobRunner:
         except ClaimBusy as e:
             # Another worker runs it right now: look again soon, spending no attempt.
             return None, wait(job, e.delay or 0.0, str(e))
+        except AccessDenied:
+            raise  # no retry mends an ACL: the worker stops (see Worker._execute)
         except BrokerError as e:
             log.warning("job %s (%s): claim failed (%s); trying again", job.id, job.task, e)
             return None, wait(job, CLAIM_RETRY, f"claim failed: {e}")

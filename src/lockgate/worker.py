@@ -39,7 +39,7 @@ from typing import Any
 from lockgate.app import App
 from lockgate.broker import Consumer, Delivery
 from lockgate.config import WorkerConfig
-from lockgate.errors import LockgateError
+from lockgate.errors import AccessDenied, LockgateError
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.outcome import dead
@@ -301,6 +301,9 @@ class Worker:
                 ending = await self._runner.run(delivery)
             except asyncio.CancelledError:
                 return  # a forced stop: the entry stays pending, reclaimed later
+            except AccessDenied as e:  # the server refuses a claim: stop, entry pending
+                self._fail(e)
+                return
             except Exception as e:  # a bug in the runner: leave the entry to be reclaimed
                 log.exception("job %s: the runner failed (%r); left pending",
                               delivery.job_id, e)  # fmt: skip

@@ -213,7 +213,9 @@ def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
     ]  # fmt: skip
     assert list(call.args) == [b"data-a", 0, b"data-b", 1500]
     assert plan.positions == [[0, 1]]
-    many = StreamBroker(keys, Levels()).plan_enqueue([outgoing(f"j{n}", "q", "low") for n in range(501)])
+    many = StreamBroker(keys, Levels()).plan_enqueue(
+        [outgoing(f"j{n}", "q", "low") for n in range(501)]
+    )
     assert [len(c.keys) for c in many.calls] == [1501, 4]
     assert [len(c.args) for c in many.calls] == [1000, 2]
     assert many.positions == [list(range(500)), [500]]

@@ -1,0 +1,379 @@
+"""lockgate as a restricted ACL user: only its namespace's keys and only the commands it
+sends, on a private redis-server (never the shared one, whose users are not ours).
+
+:data:`COMMANDS` is the list of the README's "Running with an ACL user" (without the
+sorted backend's five, :data:`STREAMS_COMMANDS`, for the default backend). The tests
+prove it is enough (jobs run exactly once, and ``ACL LOG`` records no refusal but the
+optional ``CONFIG GET``), that lockgate sends every command on it (PING only after 30 s
+idle), that the user is really restricted, and what a user missing a command sees.
+Redis checks the commands a Function calls against the calling user too, so the
+scripts' commands are on the list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+
+from conftest import finish, running, unacked_reads, wait_until
+from faults.support import PrivateRedis, Runs, once
+from lockgate import AccessDenied, App, RetryableError, Worker, WorkerConfig, current_job
+from lockgate.cli import main
+from lockgate.inspect import queue_stats
+from lockgate.keys import GROUP
+
+SPEC = "cli_app:app"
+PASSWORD = "secret"
+RUN_TIMEOUT = 60  # loose: a bound against hangs
+# Every command lockgate sends, for both backends, and nothing else. CONFIG GET is left
+# out on purpose: the worker's eviction-policy
+# check is advice and is skipped when refused, and CONFIG GET would show the user every
+# setting of the server.
+COMMANDS = (
+    # redis-py's health check of a connection idle for 30 s (the first contact is HELLO,
+    # which no ACL refuses: no INFO)
+    "+ping",
+    # lockgate's scripts: one Functions library, loaded by the first client to miss it
+    "+function|load", "+fcall", "+fcall_ro",
+    # sent directly: the idle wait, dead-letter inspection, counters, cooldowns
+    "+xread", "+xlen", "+xrange", "+xrevrange", "+xdel", "+get", "+set",
+    # called by the scripts
+    "+xadd", "+xreadgroup", "+xack", "+xclaim", "+xpending", "+xtrim", "+xgroup|create",
+    "+xgroup|delconsumer", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers",
+    "+exists", "+del", "+incrby", "+pexpire", "+pexpireat", "+pttl", "+time",
+    "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore",
+    "+zremrangebyscore",
+    # called by the sorted backend's scripts only
+    "+zpopmin", "+hset", "+hget", "+hdel", "+hincrby",
+)  # fmt: skip
+SORTED_ONLY = ("+zpopmin", "+hset", "+hget", "+hdel", "+hincrby")
+STREAMS_COMMANDS = tuple(c for c in COMMANDS if c not in SORTED_ONLY)
+# Sent by a worker's and a claim's background work only: reclaim, the sweep of gone
+# consumers, lease renewal.
+BACKGROUND = ("+xclaim", "+xinfo|consumers", "+xgroup|delconsumer", "+pexpire")
+OPTIONAL = {"config|get"}  # refused without harm (see COMMANDS)
+
+
+def acl_rules(namespace: str, commands: Sequence[str] = COMMANDS) -> list[str]:
+    """The ACL SETUSER rules of a user of one namespace (the README's line)."""
+    pattern = f"~lockgate:{{{namespace}}}:*"
+    return ["on", f">{PASSWORD}", pattern, "resetchannels", "-@all", *commands]
+
+
+def without(command: str) -> tuple[str, ...]:
+    assert command in COMMANDS
+    return tuple(c for c in COMMANDS if c != command)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    """The module's private redis-server; ``server.client`` is its default (admin) user."""
+    private = PrivateRedis(tmp_path_factory.mktemp("acl"), {})
+    try:
+        yield private.start()
+    finally:
+        private.close()
+
+
+def add_user(
+    server: PrivateRedis, name: str, namespace: str, commands: Sequence[str] = COMMANDS
+) -> str:
+    """Create (or reset) ACL user ``name``; returns a URL that logs in as it. The ACL log
+    is cleared, so the test sees only its own refusals."""
+    server.client.execute_command("ACL", "SETUSER", name, "reset", *acl_rules(namespace, commands))
+    server.client.acl_log_reset()
+    return f"redis://{name}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def uncalled(server: PrivateRedis, commands: Sequence[str]) -> set[str]:
+    """Which of ``commands`` the server has not run since its stats were reset."""
+    stats = server.client.info("commandstats")
+    return {c for c in commands if not stats.get(f"cmdstat_{c[1:]}", {}).get("calls")}
+
+
+def refusals(server: PrivateRedis) -> list[str]:
+    """What the ACL log says was refused (but the optional commands), as ``reason:object``."""
+    entries = server.client.acl_log()
+    return sorted({f"{e['reason']}:{e['object']}" for e in entries if e["object"] not in OPTIONAL})
+
+
+@pytest.fixture
+def fresh_namespace(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh namespace, which ``cli_app`` (imported afresh by the CLI) takes too."""
+    ns = uuid.uuid4().hex
+    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", ns)
+    sys.modules.pop("cli_app", None)
+    yield ns
+    module = sys.modules.pop("cli_app", None)
+    if module is not None:
+        module.app.close()
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "400"})
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+async def close(app: App) -> None:
+    await app.aclose()
+    app.close()
+
+
+# --- the README's user is enough ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_jobs_run_exactly_once_as_the_restricted_user(
+    server: PrivateRedis, fresh_namespace: str, backend: str
+) -> None:
+    commands = COMMANDS if backend == "sorted" else STREAMS_COMMANDS
+    url = add_user(server, "worker", fresh_namespace, commands)
+    app = App(redis_url=url, namespace=fresh_namespace, backend=backend)
+    runs = Runs()
+    server.client.function_flush()  # the library is loaded as this user too
+    server.client.config_resetstat()
+
+    @app.task
+    async def record() -> None:
+        runs.record(current_job().job_id)
+
+    @app.task
+    def record_sync() -> None:
+        runs.record(current_job().job_id)
+
+    @app.task(idempotent=True)
+    async def record_once() -> None:
+        runs.record(current_job().job_id)
+
+    @app.task(retries=2)
+    async def flaky() -> None:
+        runs.record(current_job().job_id)
+        if current_job().attempt == 1:
+            raise RetryableError("not yet", delay=0.05)
+
+    @app.task(retries=0)
+    async def doomed() -> None:
+        runs.record(current_job().job_id)
+        raise ValueError("card declined")
+
+    try:
+        assert record.enqueue(job_id="sync").created
+        assert (await record.enqueue_async(job_id="async")).created
+        messages = [record.message(job_id=f"many-{n}") for n in range(5)]
+        assert all(r.created for r in await app.enqueue_many_async(messages))
+        assert record.enqueue(job_id="delayed", delay=0.05).created
+        assert record_sync.enqueue(job_id="in-a-thread").created
+        assert record_once.enqueue(job_id="idempotent").created
+        assert flaky.enqueue(job_id="flaky").created
+        assert doomed.enqueue(job_id="doomed").created
+        with app.idempotent(f"claim-{backend}"):  # a claim outside any job
+            pass
+        assert app.incr_once("orders", "request-1", 2) == (True, 2)
+        assert app.incr_once("orders", "request-1", 2) == (False, 2)  # counted once
+        assert app.counter("orders") == 2
+        assert app.cooldown("mail", 60) and not app.cooldown("mail", 60)
+        worker = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
+        await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+        stats = await queue_stats(app)
+    finally:
+        await close(app)
+
+    plain = ["sync", "async", *(f"many-{n}" for n in range(5)), "delayed", "in-a-thread"]
+    assert runs.counts() == {**once([*plain, "idempotent", "doomed"]), "flaky": 2}
+    assert all(row.waiting == row.pending == row.delayed == 0 for row in stats.levels)
+    assert stats.dead_letters == 1
+
+    listed = await asyncio.to_thread(invoke, "dlq", "--url", url, SPEC, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [letter["job_id"] for letter in json.loads(listed.stdout)] == ["doomed"]
+    cli_stats = await asyncio.to_thread(invoke, "stats", SPEC, "--url", url, "--json")
+    assert cli_stats.exit_code == 0, cli_stats.output
+    assert json.loads(cli_stats.stdout)["dead_letters"] == 1
+    purged = await asyncio.to_thread(invoke, "dlq", "--url", url, SPEC, "purge", "--yes")
+    assert purged.exit_code == 0, purged.output
+    assert "purged 1 dead letters" in purged.stdout
+    assert refusals(server) == []
+    # Nothing on the list is there for nothing: this flow sends all but PING (a health
+    # check after 30 s idle) and the background work's (test_reclaim_the_consumer_...).
+    if backend == "sorted":
+        assert uncalled(server, SORTED_ONLY) == set()
+    else:
+        assert uncalled(server, STREAMS_COMMANDS) - {"+ping"} == set(BACKGROUND)
+
+
+async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_user(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    """What a worker and a claim do in the background, with the README's user: a job
+    that a gone consumer left is reclaimed, the gone consumer is forgotten, and a long
+    claim's lease is renewed."""
+    url = add_user(server, "worker", fresh_namespace, STREAMS_COMMANDS)
+    app = App(redis_url=url, namespace=fresh_namespace)
+    runs = Runs()
+
+    @app.task
+    def record() -> None:  # a reclaimed job runs in a child process: Runs sees it
+        runs.record(current_job().job_id)
+
+    server.client.config_resetstat()
+    try:
+        with app.idempotent("long", lease=0.3):  # renewed every 0.1 s while it lasts
+            await wait_until(lambda: not uncalled(server, ["+pexpire"]), message="a renewal")
+        record.enqueue(job_id="orphan")
+        stream = app.keys.stream("default", "normal")
+        unacked_reads(server.client, stream, consumer="ghost")
+
+        def ghost_forgotten() -> bool:
+            consumers = server.client.xinfo_consumers(stream, GROUP)
+            return all(c["name"] != b"ghost" for c in consumers)
+
+        worker = Worker(app, WorkerConfig(concurrency=2, idle_wait=1.0, visibility_timeout=0.2))
+        async with running(worker):
+            await wait_until(lambda: runs.ran_all(["orphan"]), message="the orphan ran")
+            # Swept once idle for 10 s (the least a worker waits before forgetting one).
+            await wait_until(ghost_forgotten, message="the gone consumer forgotten")
+    finally:
+        await close(app)
+    assert runs.counts() == once(["orphan"])
+    assert refusals(server) == []
+    assert uncalled(server, BACKGROUND) == set()
+
+
+# --- the user is restricted ---------------------------------------------------------------
+
+
+async def test_keys_and_commands_outside_the_rules_are_refused(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    url = add_user(server, "worker", fresh_namespace)
+    client = redis.Redis.from_url(url)
+    try:
+        assert client.set(f"lockgate:{{{fresh_namespace}}}:test:mine", 1)
+        for key in ("elsewhere", f"lockgate:{{{uuid.uuid4().hex}}}:job:x"):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.set(key, 1)
+        for command in (("KEYS", "*"), ("FLUSHALL",), ("PUBLISH", "lockgate", "x")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*command)
+    finally:
+        client.close()
+
+    # lockgate itself, on another namespace: its scripts' keys are refused.
+    other = App(redis_url=url, namespace=uuid.uuid4().hex)
+    task = other.task(name="record")(lambda: None)
+    try:
+        with pytest.raises(AccessDenied):
+            task.enqueue()
+        with pytest.raises(AccessDenied):
+            await task.enqueue_async()
+    finally:
+        await close(other)
+
+
+# --- a user missing a command -------------------------------------------------------------
+
+
+async def test_without_function_load_producers_workers_and_the_cli_get_access_denied(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    server.client.function_flush()  # a server that has not seen this lockgate yet
+    url = add_user(server, "no-function-load", fresh_namespace, without("+function|load"))
+    app = App(redis_url=url, namespace=fresh_namespace)
+    task = app.task(name="record")(lambda: None)
+    try:
+        with pytest.raises(AccessDenied, match="function"):
+            task.enqueue()
+        with pytest.raises(AccessDenied, match="function"):
+            await task.enqueue_async()
+        worker = Worker(app, WorkerConfig(idle_wait=1.0))
+        with pytest.raises(AccessDenied, match="function"):
+            await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+    finally:
+        await close(app)
+
+    result = await asyncio.to_thread(invoke, "stats", SPEC, "--url", url)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    assert "function" in line
+    assert PASSWORD not in result.output
+
+
+def test_a_command_refused_inside_a_script_is_access_denied_for_a_producer(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    url = add_user(server, "no-xadd", fresh_namespace, without("+xadd"))
+    app = App(redis_url=url, namespace=fresh_namespace)
+    task = app.task(name="record")(lambda: None)
+    try:
+        with pytest.raises(AccessDenied):
+            task.enqueue()
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize(
+    ("refused", "idempotent"),
+    [("+xack", False), ("+zscore", True)],
+    ids=["settle-without-xack", "claim-without-zscore"],
+)
+async def test_a_worker_whose_user_lacks_a_script_command_stops_with_access_denied(
+    server: PrivateRedis,
+    fresh_namespace: str,
+    caplog: pytest.LogCaptureFixture,
+    refused: str,
+    idempotent: bool,
+) -> None:
+    """No retry mends an ACL: a command refused inside a function (a settle's XACK, a
+    claim's done-marker lookup) stops the worker with AccessDenied, the job left pending
+    for a worker that may, instead of a retry logged forever or a job parked silently."""
+    url = add_user(server, f"no-{refused[1:]}", fresh_namespace, without(refused))
+    app = App(redis_url=url, namespace=fresh_namespace)
+    task = app.task(name="record", idempotent=idempotent)(lambda: None)
+    try:
+        task.enqueue()
+        worker = Worker(app, WorkerConfig(idle_wait=1.0, grace_period=1.0))
+        run = asyncio.create_task(worker.run(burst=True))
+
+        def retries() -> list[str]:
+            return [
+                r.getMessage() for r in caplog.records
+                if r.levelno >= logging.ERROR and "trying again" in r.getMessage()
+            ]  # fmt: skip
+
+        try:
+            # Either it stops (as it should), or it retries a refusal no retry can mend.
+            await wait_until(lambda: run.done() or retries(), message="a stop or a retry")
+            assert not retries(), f"the worker retries: {retries()[0]}"
+            await wait_until(run.done, message="the worker stops")
+            assert isinstance(run.exception(), AccessDenied)
+        finally:
+            if not run.done():
+                worker.request_stop()
+                await finish(worker, run)
+    finally:
+        await close(app)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/operations.md"])
+def test_the_documented_acl_line_is_the_tested_one(page: str) -> None:
+    """The line users copy grants exactly what these tests prove is enough."""
+    root = Path(__file__).resolve().parents[2]
+    rules = acl_rules("shop")
+    line = " ".join(["ACL SETUSER worker", *rules]).replace(f">{PASSWORD}", ">secret")
+    assert line in (root / page).read_text()
