@@ -15,19 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from cli_runs import cli_app_in, invoke, one_error_line
 
 from conftest import finish, running, unacked_reads, wait_until
 from faults.support import PrivateRedis, Runs, once
 from lockgate import AccessDenied, App, RetryableError, Worker, WorkerConfig, current_job
-from lockgate.cli import main
 from lockgate.inspect import queue_stats
 from lockgate.keys import GROUP
 
@@ -109,25 +107,8 @@ def refusals(server: PrivateRedis) -> list[str]:
 @pytest.fixture
 def fresh_namespace(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh namespace, which ``cli_app`` (imported afresh by the CLI) takes too."""
-    ns = uuid.uuid4().hex
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", ns)
-    sys.modules.pop("cli_app", None)
-    yield ns
-    module = sys.modules.pop("cli_app", None)
-    if module is not None:
-        module.app.close()
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "400"})
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+    with cli_app_in(uuid.uuid4().hex, monkeypatch) as namespace:
+        yield namespace
 
 
 async def close(app: App) -> None:

@@ -26,7 +26,8 @@ from types import ModuleType
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from cli_runs import invoke, one_error_line
+from click.testing import CliRunner
 from terminal import Terminal
 
 from conftest import wait_until_sync
@@ -51,21 +52,6 @@ def cli(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iter
     yield module
     module.app.close()
     sys.modules.pop("cli_app", None)
-
-
-def invoke(*args: str, columns: int = 400) -> Result:
-    """Run the CLI in-process; stdin is no terminal. Tables get ``columns`` (by default
-    wide enough that nothing the tests look for is cut)."""
-    env = {"COLUMNS": str(columns)}
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def work_off(app: App) -> None:

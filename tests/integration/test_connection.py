@@ -24,11 +24,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from cli_runs import cli_app_in, invoke, one_error_line, title
 
 from conftest import wait_until_sync
 from lockgate import App, Worker, WorkerConfig
-from lockgate.cli import main
 from lockgate.connections import (
     HANDSHAKE_TIMEOUT,
     async_client,
@@ -142,30 +141,8 @@ async def http_port() -> AsyncIterator[int]:
 @pytest.fixture
 def cli_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``cli_app`` importable afresh for a CLI call, in a fresh namespace."""
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", uuid.uuid4().hex)
-    sys.modules.pop("cli_app", None)
-    yield
-    module = sys.modules.pop("cli_app", None)
-    if module is not None:
-        module.app.close()
-
-
-def invoke(*args: str) -> Result:
-    # Wide enough that rich does not fold the table title the tests look at.
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "400"})
-
-
-def title(result: Result) -> str:
-    """The output with whitespace runs made single spaces (rich wraps a table's title)."""
-    return " ".join(result.stdout.split())
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+    with cli_app_in(uuid.uuid4().hex, monkeypatch):
+        yield
 
 
 # --- a port that is not Redis -------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -22,12 +21,11 @@ from urllib.parse import urlencode
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from cli_runs import cli_app_in, invoke, one_error_line
 
 from clusters import Node, ServerSet, wait_for
 from faults.support import free_port, redis_server_binary
 from lockgate import App, ConnectionFailed, Worker, WorkerConfig
-from lockgate.cli import main
 from lockgate.inspect import queue_stats
 
 SPEC = "cli_app:app"
@@ -140,25 +138,8 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
 @pytest.fixture
 def fresh_namespace(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh namespace, which ``cli_app`` (imported afresh by the CLI) takes too."""
-    ns = uuid.uuid4().hex
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", ns)
-    sys.modules.pop("cli_app", None)
-    yield ns
-    module = sys.modules.pop("cli_app", None)
-    if module is not None:
-        module.app.close()
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "400"})
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+    with cli_app_in(uuid.uuid4().hex, monkeypatch) as namespace:
+        yield namespace
 
 
 def waiting(stats: dict[str, Any]) -> int:
