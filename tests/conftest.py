@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.connection import parse_url
 
 from lockgate import App, Worker, WorkerConfig
 from lockgate.embedded import EmbeddedServer
@@ -89,7 +90,12 @@ def inspection_client(url: str) -> Any:
     scheme, _, rest = url.partition("://")
     hosts = rest.partition("/")[0]
     if "," in hosts:
-        return redis.RedisCluster.from_url(f"{scheme}://{hosts.split(',')[0]}")
+        # From host and port, not RedisCluster.from_url: a URL-made cluster client gives
+        # each node's client a pool it does not own (Redis(connection_pool=...)), so its
+        # close() leaves their sockets open for the garbage collector to close, which
+        # may finalise a socket before its connection: ResourceWarning, an error here.
+        options = parse_url(f"{scheme}://{hosts.split(',')[0]}")
+        return redis.RedisCluster(**options)
     return redis.Redis.from_url(url)
 
 

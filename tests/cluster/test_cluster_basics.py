@@ -23,7 +23,7 @@ BACKENDS = ["streams", "sorted"]
 
 def slot_owner(cluster: LocalCluster, namespace: str) -> int:
     """The port of the primary that serves the namespace's slot."""
-    client = redis.RedisCluster.from_url(f"redis://{cluster.nodes[0].address}")
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
     try:
         node = client.get_node_from_key(Keys(namespace).prefix)
         return int(node.port)

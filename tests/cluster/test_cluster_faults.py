@@ -47,7 +47,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
 def primary_port(cluster: LocalCluster, namespace: str) -> int:
     """The port of the primary serving the namespace's slot, as a live node says now."""
     live = next(node for node in cluster.nodes if node.alive)
-    client = redis.RedisCluster.from_url(f"redis://{live.address}")
+    client = redis.RedisCluster(host="127.0.0.1", port=live.port)  # owns its pools (conftest)
     try:
         return int(client.get_node_from_key(Keys(namespace).prefix).port)
     finally:
