@@ -18,6 +18,7 @@ from lockgate.errors import (
     ScriptError,
     SerializationError,
     ServerBusy,
+    StartupFailed,
     StepDone,
     TaskNotFound,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ScriptError",
     "SerializationError",
     "ServerBusy",
+    "StartupFailed",
     "StepDone",
     "Task",
     "TaskNotFound",

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from lockgate import codec
@@ -18,6 +19,7 @@ from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
 from lockgate.connections import AsyncClient, SyncClient
 from lockgate.errors import ConfigError, SerializationError
+from lockgate.hooks import Hook, Hooks
 from lockgate.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_TTL,
@@ -312,7 +314,31 @@ class App:
         self.store = Store(url, self.namespace, self.levels, backend, self.aging_seconds)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.lease_keeper = LeaseKeeper(self)
+        self.hooks = Hooks()
+        # What the startup hooks set up for the tasks (a database pool, an HTTP client).
+        self.state = SimpleNamespace()
         _APPS.add(self)
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Run ``hook`` in each worker process once it reached Redis, before its first job.
+
+        Sync or async, taking no argument or the App; what it sets up goes on
+        ``app.state``. Hooks run in declaration order; one that raises stops the worker
+        with [StartupFailed][lockgate.StartupFailed] (exit 2 from the CLI).
+
+        Raises:
+            ConfigError: ``hook`` is not a function of no argument or one (the App).
+        """
+        return self.hooks.on_startup(hook)
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        """Run ``hook`` in each worker process after its last job settled (last declared
+        first); one that raises is logged and the others still run.
+
+        Raises:
+            ConfigError: ``hook`` is not a function of no argument or one (the App).
+        """
+        return self.hooks.on_shutdown(hook)
 
     @property
     def redis_url(self) -> str:

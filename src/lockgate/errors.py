@@ -3,7 +3,8 @@
 ```
 LockgateError
 ├── ConfigError            bad levels, unknown priority, duplicate task, bad option value
-│   └── MissingExtra       an optional dependency (an extra) is missing; also an ImportError
+│   ├── MissingExtra       an optional dependency (an extra) is missing; also an ImportError
+│   └── StartupFailed      a worker's on_startup hook raised (it stops before any job)
 ├── BrokerError            anything the Redis side refused
 │   ├── ConnectionFailed   the server at a URL could not be reached        (transient)
 │   ├── ServerBusy         BUSY, LOADING, OOM, READONLY, failover, ...     (transient)
@@ -51,6 +52,20 @@ class MissingExtra(ConfigError, ImportError):
         self.feature = feature
         self.extra = extra
         self.missing = missing
+
+
+class StartupFailed(ConfigError):
+    """A worker's ``on_startup`` hook raised: the worker stops before its first job.
+
+    Args:
+        hook: the hook's name.
+        error: what it raised.
+    """
+
+    def __init__(self, hook: str, error: BaseException) -> None:
+        super().__init__(f"on_startup hook {hook} failed: {type(error).__name__}: {error}")
+        self.hook = hook
+        self.error = error
 
 
 class BrokerError(LockgateError):

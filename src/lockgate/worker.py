@@ -126,6 +126,7 @@ class Worker:
         Raises:
             ConnectionFailed: Redis cannot be reached at start.
             AccessDenied: Redis refuses this client (password, ACL, missing command).
+            StartupFailed: an ``on_startup`` hook raised (no job was taken).
         """
         concurrency = self.config.concurrency
         store = self.app.store
@@ -142,6 +143,12 @@ class Worker:
             ),
         )  # fmt: skip
         store.adopt_async_client(client)  # claims and tasks share the worker's client
+        try:
+            await self.app.hooks.start(self.app)
+        except BaseException:
+            store.release_async_client(client)
+            await consumer.close()
+            raise
         self._burst = burst
         # Sync runs, runs abandoned at their timeout, and waits on child processes.
         self._pool = TaskPool(concurrency * 3)
@@ -405,6 +412,7 @@ class Worker:
         if len(self._settler):
             log.error("%d jobs could not be settled before stopping: they will be "
                       "redelivered", len(self._settler))  # fmt: skip
+        await self.app.hooks.stop(self.app)
         self._closing.set()
         _, stuck = await asyncio.wait(helpers, timeout=5)
         for helper in stuck:

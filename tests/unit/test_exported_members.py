@@ -26,6 +26,7 @@ EXPECTED = [
     "ScriptError",
     "SerializationError",
     "ServerBusy",
+    "StartupFailed",
     "StepDone",
     "Task",
     "TaskNotFound",
@@ -61,7 +62,7 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 16
+    assert len(errors) == 17
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
