@@ -26,14 +26,19 @@ def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> An
 
 
 def enqueue(
-    scripts: SyncScripts, keys: Keys, q: SortedKeys, *jobs: tuple[str, int] | tuple[str, int, int]
+    scripts: SyncScripts,
+    keys: Keys,
+    q: SortedKeys,
+    *jobs: tuple[str, int] | tuple[str, int, int],
+    tag: str = "",
 ) -> list[int]:
-    """Enqueue (job id, boost in us[, delay ms]); the payload is the id with a 'P' prefix."""
+    """Enqueue (job id, boost in us[, delay ms]); the payload is the id with a 'P' prefix
+    and ``tag`` after it (another tag: another job under the same id)."""
     script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed]
     args: list[Any] = []
     for job_id, boost, *delay in jobs:
         script_keys.append(keys.job(job_id))
-        args += [job_id, boost, f"P{job_id}", delay[0] if delay else 0]
+        args += [job_id, boost, f"P{job_id}{tag}", delay[0] if delay else 0]
     return run(scripts, "enqueue_sorted", script_keys, args)
 
 
@@ -154,11 +159,25 @@ def test_enqueue_dedups_and_keeps_the_first_payload(
 ) -> None:
     assert enqueue(scripts, keys, q, ("a", 0), ("a", 0), ("b", 0)) == [1, 0, 1]
     rank = ranks(rclient, q)
-    assert enqueue(scripts, keys, q, ("a", 5 * SECOND_US)) == [0]
+    assert enqueue(scripts, keys, q, ("a", 5 * SECOND_US), tag="2") == [0]
     assert ranks(rclient, q) == rank
     assert rclient.hget(q.payloads, "a") == b"Pa"
     assert rclient.zcard(q.waiting) == 2
     assert rclient.get(keys.job("a")) == b"sorted"
+
+
+def test_a_retried_enqueue_answers_as_the_first_did_and_adds_nothing(
+    scripts: SyncScripts, keys: Keys, q: SortedKeys, rclient: redis.Redis
+) -> None:
+    """The same call again (its reply was lost, the client retried): its own job is there,
+    byte for byte, so it is reported created, not a duplicate; another job under the id
+    still is a duplicate."""
+    assert enqueue(scripts, keys, q, ("a", 0), ("d", 0, 60_000)) == [1, 1]
+    rank = ranks(rclient, q)
+    assert enqueue(scripts, keys, q, ("a", 0), ("d", 0, 60_000)) == [1, 1]
+    assert enqueue(scripts, keys, q, ("a", 0), ("d", 0), tag="other") == [0, 0]
+    assert ranks(rclient, q) == rank
+    assert waiting(rclient, q) == ["a"] and rclient.zcard(q.delayed) == 1
 
 
 def test_enqueue_with_a_delay_waits_in_delayed_until_due(
@@ -173,7 +192,7 @@ def test_enqueue_with_a_delay_waits_in_delayed_until_due(
     # Its rank is its due stamp, so once due it queues behind what was enqueued before it.
     assert ranks(rclient, q)["later"] > ranks(rclient, q)["now"] + 599 * SECOND_US
     assert rclient.hget(q.payloads, "later") == b"Plater"
-    assert enqueue(scripts, keys, q, ("later", 0)) == [0]  # a delayed id is taken
+    assert enqueue(scripts, keys, q, ("later", 0), tag="2") == [0]  # a delayed id is taken
     got = take(scripts, q, 5, 30_000)
     assert got.jobs == [(b"now", b"Pnow", 1)]
     assert 30_000 >= got.next_ms > 0  # the lease ends before the delayed job is due

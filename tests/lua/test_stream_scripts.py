@@ -187,6 +187,21 @@ def test_enqueue_stream_delays_into_the_delayed_set_and_dedups(
     assert rclient.xlen(keys.stream("q", "low")) == 1
 
 
+def test_a_retried_enqueue_answers_as_the_first_did_and_adds_nothing(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """The same call again (its reply was lost, the client retried): its own jobs are
+    there, byte for byte, so it gets the first reply (entry id, 'delayed'), not 0; another
+    job under a taken id still gets 0."""
+    jobs = [("a", "low", b"A"), ("d", "low", b"D", 60_000)]
+    first = enqueue(scripts, keys, *jobs)
+    assert enqueue(scripts, keys, *jobs) == first
+    assert first[1] == b"delayed"
+    assert enqueue(scripts, keys, ("a", "low", b"A2"), ("d", "low", b"D2", 60_000)) == [0, 0]
+    assert rclient.xlen(keys.stream("q", "low")) == 1
+    assert rclient.zcard(keys.delayed("q", "low")) == 1
+
+
 def test_enqueue_stream_dedups_inside_one_call(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
@@ -533,7 +548,7 @@ async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys
 
         one = await scripts.run(call("a", b"A"))
         assert isinstance(one[0], bytes)
-        many = await scripts.run_all([call("a", b"A"), call("b", b"B")])
+        many = await scripts.run_all([call("a", b"A2"), call("b", b"B")])
         assert many[0] == [0] and isinstance(many[1][0], bytes)
         entries = await client.xrange(keys.stream("q", "low"))
         assert [fields for _, fields in entries] == [{b"job": b"A"}, {b"job": b"B"}]

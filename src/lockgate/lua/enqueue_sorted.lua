@@ -9,12 +9,15 @@
 -- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first;
 -- a delayed job's stamp is its due time, and it waits in delayed until then.
 -- Returns: per job 1 when added, 0 when its id was already queued, delayed or running.
+-- A call retried after its reply was lost finds its own job there (the same encoded bytes
+-- in payloads) and answers 1 again, as the first time did; within one call an id counts
+-- once.
 --#include _clock
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
 if stamp <= last then stamp = last + 1 end
-local out, added = {}, 0
+local out, added, added_here = {}, 0, {}
 for i = 7, #KEYS do
   local j = (i - 7) * 4
   local job_id, boost, payload = ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
@@ -31,6 +34,9 @@ for i = 7, #KEYS do
     redis.call('HSET', KEYS[3], job_id, rank)
     stamp = stamp + 1
     added = added + 1
+    added_here[job_id] = true
+    out[#out + 1] = 1
+  elseif not added_here[job_id] and redis.call('HGET', KEYS[2], job_id) == payload then
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
