@@ -30,7 +30,7 @@ from lockgate.idempotency import (
 )
 from lockgate.keys import Keys
 from lockgate.lua import AsyncScripts, SyncScripts
-from lockgate.retry import Backoff, RetryPolicy
+from lockgate.retry import Backoff, RetryPolicy, check_expiry
 from lockgate.store import Store
 
 P = ParamSpec("P")
@@ -78,6 +78,7 @@ class Task(Generic[P, R]):
         retry: RetryPolicy,
         idempotent: bool = False,
         idempotency_ttl: float = DEFAULT_TTL,
+        expires: float | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -87,6 +88,7 @@ class Task(Generic[P, R]):
         self.retry = retry
         self.idempotent = idempotent
         self.idempotency_ttl = idempotency_ttl
+        self.expires = expires
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         # Decided once here, so that enqueue and the worker only look values up.
@@ -153,7 +155,8 @@ class Task(Generic[P, R]):
                 nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
                 another value or type (a ``date`` for an unannotated parameter, NaN, a
                 tuple where no annotation asks for one). See `lockgate.arguments`.
-            ConfigError: unknown priority, or both delay and eta.
+            ConfigError: unknown priority, both delay and eta, or a start past the
+                task's ``expires``.
         """
         self.schema.check(args, kwargs)
         level = priority or self.priority
@@ -167,7 +170,13 @@ class Task(Generic[P, R]):
             kwargs=kwargs,
             enqueued=time.time(),
         )
-        return Message(job, start_delay(delay, eta, job.enqueued))
+        wait = start_delay(delay, eta, job.enqueued)
+        if self.expires is not None and wait >= self.expires:
+            raise ConfigError(
+                f"task {self.name!r} expires {self.expires:g} s after enqueue, but this job "
+                f"would start {wait:g} s after it: it would be dropped unrun"
+            )
+        return Message(job, wait)
 
     def enqueue(
         self,
@@ -382,6 +391,7 @@ class App:
         retry_on: tuple[type[BaseException], ...] = (),
         idempotent: bool = False,
         idempotency_ttl: float | timedelta = DEFAULT_TTL,
+        expires: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -397,6 +407,7 @@ class App:
         retry_on: tuple[type[BaseException], ...] = (),
         idempotent: bool = False,
         idempotency_ttl: float | timedelta = DEFAULT_TTL,
+        expires: float | timedelta | None = None,
     ) -> Any:
         """Register a function (sync or async) as a task.
 
@@ -414,10 +425,14 @@ class App:
                 (a redelivery, a replay) is acknowledged without running again.
             idempotency_ttl: how long the done marker of an idempotent task (and the
                 default of its steps) blocks duplicates; at least twice the retry window.
+            expires: a job not started within this many seconds of its enqueue (any
+                attempt) is dropped unrun, acknowledged and logged: an OTP nobody waits
+                for. None: jobs never expire.
 
         Raises:
             ConfigError: unknown level, bad queue name, a name already registered, a bad
-                retry option, or an idempotency TTL under twice the retry window.
+                retry option, an idempotency TTL under twice the retry window, or an
+                expiry that is not positive or is shorter than the first retry's delay.
         """
         retry = RetryPolicy(
             retries=retries,
@@ -426,6 +441,7 @@ class App:
             timeout=seconds(timeout, "timeout") if timeout is not None else None,
         )
         ttl = seconds(idempotency_ttl, "idempotency_ttl")
+        expiry = seconds(expires, "expires") if expires is not None else None
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
@@ -435,6 +451,7 @@ class App:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             if idempotent:  # the job's own done marker must outlast its retries
                 check_ttl(f"job ids of task {task_name!r}", ttl, retry.window)
+            check_expiry(task_name, expiry, retry)
             registered = Task(
                 self,
                 func,
@@ -444,6 +461,7 @@ class App:
                 retry=retry,
                 idempotent=idempotent,
                 idempotency_ttl=ttl,
+                expires=expiry,
             )
             self.tasks[task_name] = registered
             return registered

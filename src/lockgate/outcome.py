@@ -75,6 +75,24 @@ class Outcome:
 DONE = Outcome("done", claim="done")
 
 
+def expired(job: Job, expires: float | None, now: float) -> Outcome | None:
+    """Drop a job not started within ``expires`` seconds of its enqueue (an OTP nobody
+    waits for any more): acknowledged without running, its claim let go. None while it
+    may still run, or when its task sets no expiry.
+
+    The age is the worker's clock minus the producer's (``Job.enqueued``), so clock skew
+    between hosts counts against it.
+    """
+    if expires is None or now - job.enqueued <= expires:
+        return None
+    waited = now - job.enqueued
+    return Outcome(
+        "done",
+        reason=f"expired: waited {waited:.1f} s, over its expiry of {expires:g} s",
+        claim="release",
+    )
+
+
 def dead(reason: str, error: BaseException | ErrorInfo | None = None) -> Outcome:
     """A dead-letter outcome."""
     info = ErrorInfo.of(error) if isinstance(error, BaseException) else error

@@ -80,3 +80,22 @@ class RetryPolicy:
         """Longest span of retry delays (for idempotency TTL checks; read for every job
         run, so computed once)."""
         return self.backoff.window(self.retries)
+
+
+def check_expiry(task: str, expires: float | None, policy: RetryPolicy) -> None:
+    """Refuse an expiry no retry could meet (pure).
+
+    Raises:
+        ConfigError: ``expires`` is not positive, or the task retries and its first
+            retry's delay may be longer than ``expires`` (the retry would be dropped).
+    """
+    if expires is None:
+        return
+    if expires <= 0:
+        raise ConfigError(f"task {task!r}: expires must be positive, got {expires:g}")
+    first = policy.backoff.ceiling(1)
+    if policy.retries > 0 and expires < first:
+        raise ConfigError(
+            f"task {task!r} expires {expires:g} s after enqueue, shorter than its first "
+            f"retry's delay (up to {first:g} s): lower the backoff or set retries=0"
+        )

@@ -48,6 +48,7 @@ from lockgate.outcome import (
     dead,
     decide,
     earliest,
+    expired,
     markers_expired,
     wait,
 )
@@ -185,6 +186,10 @@ class JobRunner:
         task = self.app.tasks.get(job.task)
         if task is None:
             return Ending(delivery, dead(f"unknown task {job.task!r}"))
+        late = expired(job, task.expires, time.time())
+        if late is not None:
+            log.info("job %s (%s) dropped unrun: %s", job.id, job.task, late.reason)
+            return Ending(delivery, late, task=task)
         try:
             args, kwargs = task.prepare(job.args, job.kwargs)
         except InvalidArguments as e:

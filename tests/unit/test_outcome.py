@@ -8,7 +8,15 @@ import pytest
 
 from lockgate.codec import Job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
-from lockgate.outcome import DONE, LONGEST_WAIT, decide, earliest, markers_expired, wait
+from lockgate.outcome import (
+    DONE,
+    LONGEST_WAIT,
+    decide,
+    earliest,
+    expired,
+    markers_expired,
+    wait,
+)
 from lockgate.retry import Backoff, RetryPolicy
 
 NOW = 1_000_000.0
@@ -165,3 +173,12 @@ def test_the_default_uniform_draws_within_bounds() -> None:
         outcome = decide(RetryableError("x"), job(2), POLICY, now=NOW)
         assert outcome.kind == "retry"
         assert 0.0 <= outcome.delay <= POLICY.backoff.ceiling(2)
+
+
+def test_expired_counts_from_the_enqueue() -> None:
+    job = Job(id="j", task="t", queue="q", level="normal", enqueued=1_000.0)
+    assert expired(job, None, 10_000.0) is None
+    assert expired(job, 60.0, 1_060.0) is None
+    late = expired(job, 60.0, 1_060.5)
+    assert late is not None and late.kind == "done" and late.claim == "release"
+    assert "waited 60.5 s, over its expiry of 60 s" in late.reason
