@@ -19,7 +19,7 @@ from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
 from lockgate.connections import AsyncClient, SyncClient
 from lockgate.errors import ConfigError, SerializationError
-from lockgate.hooks import Hook, Hooks
+from lockgate.hooks import H, Hooks
 from lockgate.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_TTL,
@@ -328,7 +328,7 @@ class App:
         self.state = SimpleNamespace()
         _APPS.add(self)
 
-    def on_startup(self, hook: Hook) -> Hook:
+    def on_startup(self, hook: H) -> H:
         """Run ``hook`` in each worker process once it reached Redis, before its first job.
 
         Sync or async, taking no argument or the App; what it sets up goes on
@@ -340,9 +340,10 @@ class App:
         """
         return self.hooks.on_startup(hook)
 
-    def on_shutdown(self, hook: Hook) -> Hook:
+    def on_shutdown(self, hook: H) -> H:
         """Run ``hook`` in each worker process after its last job settled (last declared
-        first); one that raises is logged and the others still run.
+        first); one that raises is logged and the others still run. See
+        :mod:`lockgate.hooks` for runs it cannot wait for.
 
         Raises:
             ConfigError: ``hook`` is not a function of no argument or one (the App).

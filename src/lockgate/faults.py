@@ -21,6 +21,7 @@ nothing that settles a job is ever dropped: it is logged at each retry.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Literal
 
@@ -50,6 +51,7 @@ TRANSIENT_CODES = frozenset(
      "NOREPLICAS", "MISCONF", "UNBLOCKED", "NOTBUSY"}
 )  # fmt: skip
 FATAL_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
+_FUNCTIONS_UNKNOWN = re.compile(r"unknown command [`'](fcall|fcall_ro|function)[`']", re.I)
 
 
 def _code(message: str) -> str:
@@ -99,8 +101,8 @@ def _refused_inside(message: str) -> bool:
 
 def _too_old(message: str) -> str:
     """A hint when the unknown command is one of Redis 7's Functions."""
-    lowered = message.lower()
-    if any(f"unknown command '{name}'" in lowered for name in ("fcall", "fcall_ro", "function")):
+    # Redis 6 quotes the name in backticks, later servers in single quotes.
+    if _FUNCTIONS_UNKNOWN.search(message):
         return " (lockgate needs Redis 7.0 or newer: its scripts are a Functions library)"
     return ""
 

@@ -6,9 +6,17 @@ settled, so what a later hook built on an earlier one is torn down first. Either
 sync or async, and take no argument or the App (whose ``state`` holds what they set up:
 a database pool, an HTTP client). A startup hook that raises stops the worker before it
 takes a job, with :class:`~lockgate.errors.StartupFailed` (one line, exit 2 from the
-CLI); no shutdown hook runs then, as the process is about to end and half-built state
-would only make them fail too. A shutdown hook that raises is logged and the others
-still run.
+CLI; its traceback is logged at DEBUG); no shutdown hook runs then, as the process is
+about to end and half-built state would only make them fail too (a program that runs
+workers itself and goes on should tear down what the hooks that ran built). A shutdown
+hook that raises is logged and the others still run.
+
+Shutdown hooks run after the last job the worker could wait for: a sync run abandoned at
+its timeout or by a second stop may still be running in its thread, and a job that runs
+in a child process of its own (a redelivered job, see :mod:`lockgate.isolation`) sees
+``app.state`` as the parent built it before the fork: a pool there is the parent's, so
+such a task should open what it needs itself. A sync hook runs on the event loop: the
+worker's heartbeats wait for it.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate.errors import ConfigError, StartupFailed
 
 Hook = Callable[..., Any]
+H = TypeVar("H", bound=Hook)
 log = logging.getLogger(__name__)
 
 
@@ -54,12 +63,12 @@ class Hooks:
         self.startup: list[Hook] = []
         self.shutdown: list[Hook] = []
 
-    def on_startup(self, hook: Hook) -> Hook:
+    def on_startup(self, hook: H) -> H:
         """Register ``hook`` to run before a worker's first job; returns it unchanged."""
         self.startup.append(_check(hook, "on_startup"))
         return hook
 
-    def on_shutdown(self, hook: Hook) -> Hook:
+    def on_shutdown(self, hook: H) -> H:
         """Register ``hook`` to run after a worker's last job; returns it unchanged."""
         self.shutdown.append(_check(hook, "on_shutdown"))
         return hook
@@ -74,6 +83,7 @@ class Hooks:
             try:
                 await _call(hook, app)
             except Exception as e:
+                log.debug("on_startup hook %s failed", _name(hook), exc_info=True)
                 raise StartupFailed(_name(hook), e) from e
 
     async def stop(self, app: Any) -> None:

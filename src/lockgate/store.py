@@ -103,10 +103,15 @@ class Store:
         Raises:
             ConfigError: an async client is open (it belongs to its loop: close it first).
         """
+        for old in [old for old in self._async if old.is_closed()]:
+            del self._async[old]  # clients of finished loops (asyncio.run): nothing to reuse
         if self._async:
             raise ConfigError("the Redis URL cannot change while async clients are open")
-        self.close()
-        self.url = url
+        with self._lock:
+            if self._sync is not None:
+                self._sync[0].close()
+                self._sync = None
+            self.url = url
 
     def adopt_async_client(self, client: AsyncClient) -> None:
         """Use ``client`` for this loop's async calls, unless the loop already has one."""

@@ -383,3 +383,20 @@ def test_many_threads_claiming_at_once_wait_for_a_connection_instead_of_failing(
         app.client().zscore(*app.keys.done_marker(app.keys.claim(f"pool:{n}"))) for n in range(150)
     ]
     assert all(marked)  # every claim was marked done
+
+
+def test_the_url_may_change_after_asyncio_run_finished_its_loop(redis_url: str) -> None:
+    """The CLI's --url on an app that enqueued from a finished ``asyncio.run`` earlier."""
+    app = App(redis_url="redis://127.0.0.1:1/0", namespace=f"retarget-{uuid.uuid4().hex}")
+    app.redis_url = redis_url
+    task = app.task(name="noop")(lambda: None)
+    loop = asyncio.new_event_loop()  # as asyncio.run, its client closed by hand after
+    try:
+        assert loop.run_until_complete(task.enqueue_async()).created
+        client, _ = app.store._async[loop]
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+    app.redis_url = redis_url  # the finished loop's client is not in the way
+    assert task.enqueue().created
+    app.close()

@@ -178,6 +178,9 @@ def test_a_retried_enqueue_answers_as_the_first_did_and_adds_nothing(
     assert enqueue(scripts, keys, q, ("a", 0), ("d", 0), tag="other") == [0, 0]
     assert ranks(rclient, q) == rank
     assert waiting(rclient, q) == ["a"] and rclient.zcard(q.delayed) == 1
+    # An id twice in one call counts once, the retry included.
+    assert enqueue(scripts, keys, q, ("t", 0), ("t", 0)) == [1, 0]
+    assert enqueue(scripts, keys, q, ("t", 0), ("t", 0)) == [1, 0]
 
 
 def test_enqueue_with_a_delay_waits_in_delayed_until_due(

@@ -200,6 +200,14 @@ def test_a_retried_enqueue_answers_as_the_first_did_and_adds_nothing(
     assert enqueue(scripts, keys, ("a", "low", b"A2"), ("d", "low", b"D2", 60_000)) == [0, 0]
     assert rclient.xlen(keys.stream("q", "low")) == 1
     assert rclient.zcard(keys.delayed("q", "low")) == 1
+    # An id twice in one call counts once, the retry included.
+    twice = [("t", "low", b"T"), ("t", "low", b"T")]
+    first_twice = enqueue(scripts, keys, *twice)
+    assert first_twice[1] == 0 and enqueue(scripts, keys, *twice) == first_twice
+    # A marker this backend did not write (the sorted backend's 'sorted'): a duplicate.
+    rclient.set(keys.job("s"), "sorted")
+    assert enqueue(scripts, keys, ("s", "low", b"S"), ("u", "low", b"U"))[0] == 0
+    assert rclient.xlen(keys.stream("q", "low")) == 3
 
 
 def test_enqueue_stream_dedups_inside_one_call(

@@ -90,5 +90,10 @@ def test_an_unknown_functions_command_says_which_redis_lockgate_needs() -> None:
     )
     assert isinstance(error, AccessDenied)
     assert "Redis 7.0 or newer" in str(error)
+    # Redis 6 quotes the command in backticks.
+    old = translate(
+        redis.ResponseError("unknown command `FCALL`, with args beginning with: `x`, "), "r:6379"
+    )
+    assert "Redis 7.0 or newer" in str(old)
     other = translate(redis.ResponseError("unknown command 'XAUTOCLAIM'"), "r:6379")
     assert "7.0" not in str(other)

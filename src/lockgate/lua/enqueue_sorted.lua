@@ -37,6 +37,7 @@ for i = 7, #KEYS do
     added_here[job_id] = true
     out[#out + 1] = 1
   elseif not added_here[job_id] and redis.call('HGET', KEYS[2], job_id) == payload then
+    added_here[job_id] = true
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

@@ -16,13 +16,14 @@ local now
 local wake = KEYS[#KEYS]
 local added_here = {}
 
--- The reply that stored ``job`` under ``marker`` (entry id or 'delayed'), or 0.
+-- The reply that stored ``job`` under ``marker`` (entry id or 'delayed'), or 0 (also for
+-- a marker another backend or version wrote: 'sorted', ...).
 local function stored_reply(marker, stream, delayed, job)
   if added_here[marker] then return 0 end
   local placed = redis.call('GET', marker)
   if placed == 'delayed' then
     if redis.call('ZSCORE', delayed, job) then return 'delayed' end
-  elseif placed then
+  elseif placed and string.match(placed, '^%d+%-%d+$') then
     local entries = redis.call('XRANGE', stream, placed, placed)
     local fields = entries[1] and entries[1][2]
     if fields and fields[1] == 'job' and fields[2] == job then return placed end
@@ -35,6 +36,7 @@ for i = 1, #ARGV / 2 do
   local job, delay = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
   if redis.call('EXISTS', marker) == 1 then
     out[i] = stored_reply(marker, stream, delayed, job)
+    if out[i] ~= 0 then added_here[marker] = true end
   elseif delay > 0 then
     if not now then
       now = now_ms()
