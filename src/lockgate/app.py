@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import os
 import time
+import typing
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import msgspec
 
 from lockgate import codec
 from lockgate.arguments import Schema
@@ -18,6 +24,8 @@ from lockgate.broker import EnqueuePlan, Outgoing
 from lockgate.codec import Job
 from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
 from lockgate.connections import AsyncClient, SyncClient
+from lockgate.cron import Schedule, check_no_arguments
+from lockgate.eager import EagerRuns
 from lockgate.errors import ConfigError, SerializationError
 from lockgate.hooks import H, Hooks
 from lockgate.idempotency import (
@@ -30,7 +38,9 @@ from lockgate.idempotency import (
 )
 from lockgate.keys import Keys
 from lockgate.lua import AsyncScripts, SyncScripts
+from lockgate.ratelimit import Rate, parse_rate
 from lockgate.retry import Backoff, RetryPolicy, check_expiry
+from lockgate.status import FinalRecord, JobInfo, Poll, Status, answer, job_info, settled
 from lockgate.store import Store
 
 P = ParamSpec("P")
@@ -39,15 +49,56 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """What an enqueue did.
+    """What an enqueue did, and a handle on the job.
 
     Attributes:
         job_id: the job's id (generated when the caller gave none).
-        created: False when a job with this id was already queued or running.
+        created: False when a job with this id was already queued or running (the
+            handle then follows that job).
+        task: the task's name.
     """
 
     job_id: str
     created: bool
+    task: str = field(default="", compare=False)
+    app: App | None = field(default=None, repr=False, compare=False)
+
+    def _owner(self) -> App:
+        if self.app is None:
+            raise ConfigError("this EnqueueResult was made by hand: it knows no App")
+        return self.app
+
+    def status(self) -> Status:
+        """The job's status now: ``waiting``, ``delayed``, ``running``, ``done``,
+        ``dead``, ``cancelled`` or ``unknown`` (see [App.job][lockgate.App.job])."""
+        return self._owner().job(self.job_id).status
+
+    def info(self) -> JobInfo:
+        """All that is known of the job (see [App.job][lockgate.App.job])."""
+        return self._owner().job(self.job_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job to end and return what its task returned.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            JobFailed: it was dead-lettered (the error's type name, message, traceback).
+            JobCancelled: it was cancelled, or expired unrun.
+            TimeoutError: it did not end within ``timeout``.
+            ConfigError: its task keeps no result (declare it with ``keep_result``).
+            ResultUnavailable: the job is unknown, or its result expired.
+        """
+        return self._owner().wait_result(self.job_id, self.task, timeout)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Async [result][lockgate.EnqueueResult.result]."""
+        return await self._owner().wait_result_async(self.job_id, self.task, timeout)
+
+    def cancel(self) -> bool:
+        """Cancel the job (see [App.cancel][lockgate.App.cancel])."""
+        return self._owner().cancel(self.job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +109,14 @@ class Message:
     Attributes:
         job: the job.
         delay: seconds before it may run (0: now).
+        once: a once-only key and its TTL in ms, taken (``SET NX PX``) by the enqueue
+            itself: while the key lives, the job is not enqueued again, even after it
+            ended (a cron tick's, see [App.cron][lockgate.App.cron]). None: no such key.
     """
 
     job: Job
     delay: float = 0.0
+    once: tuple[str, int] | None = None
 
 
 class Task(Generic[P, R]):
@@ -79,6 +134,8 @@ class Task(Generic[P, R]):
         idempotent: bool = False,
         idempotency_ttl: float = DEFAULT_TTL,
         expires: float | None = None,
+        rate_limit: Rate | None = None,
+        keep_result: float | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -89,10 +146,21 @@ class Task(Generic[P, R]):
         self.idempotent = idempotent
         self.idempotency_ttl = idempotency_ttl
         self.expires = expires
+        self.rate_limit = rate_limit
+        self.keep_result_ms = max(1, round(keep_result * 1000)) if keep_result else 0
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         # Decided once here, so that enqueue and the worker only look values up.
         self.schema = Schema(name, fn, self.signature)
+
+    @cached_property
+    def returns(self) -> Any:
+        """The type a kept result decodes to: the return annotation, else ``Any``."""
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:  # an annotation that does not resolve here: take it as it is
+            return Any
+        return hints.get("return", Any)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -232,6 +300,53 @@ class Task(Generic[P, R]):
         )
         return (await self.app.enqueue_many_async([message]))[0]
 
+    def enqueue_on_commit(
+        self,
+        conn: Any,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Queue a run of this task once the transaction ``conn`` is in commits.
+
+        A rollback leaves no job behind. Outside a transaction the job is queued at once.
+        The job is built now, so bad arguments raise here; a send that fails after the
+        commit is logged and retried in the background, never raised (see
+        `lockgate.transactions`, which also lists the known limits).
+
+        Args:
+            conn: a Django connection (``django.db.connection``): the job is queued by
+                ``transaction.on_commit``, right after the commit. Or a psycopg 3
+                connection: PostgreSQL is asked for the transaction's outcome, and the job
+                is queued a few milliseconds after the commit.
+            *args: the task's arguments, then the options of
+                [message][lockgate.Task.message].
+
+        Returns:
+            The job's id (generated when ``job_id`` is None).
+
+        Raises:
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, both delay and eta, or ``conn`` is neither a
+                psycopg 3 connection nor a Django one.
+            SerializationError: an argument would not arrive as it is, or the job is
+                over ``max_payload_bytes``.
+            MissingExtra: ``conn`` is not a Django connection and psycopg is missing.
+            DatabaseError: psycopg: the transaction's id could not be read.
+            ConnectionFailed: queued at once (no transaction) and Redis cannot be reached.
+        """
+        from lockgate.transactions import enqueue_on_commit
+
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
+        self.app._plan([message])  # encoded and size-checked now, not after the commit
+        enqueue_on_commit(self.app, conn, message)
+        return message.job.id
+
 
 def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:
     """Seconds from ``now`` until a job may run.
@@ -265,6 +380,10 @@ class App:
             about 250 B of Redis memory per marker (480 B for an ``idempotent=True`` job)
             instead of about 45 B; turn it off once none runs. Markers those releases
             wrote are honoured either way.
+        status_ttl: seconds (or a timedelta) an ended job's status (done, dead, cancelled,
+            with its times and attempts) stays readable by ``App.job``, then reads
+            ``unknown``: about 200 B of Redis memory per job ended in that window. None
+            or 0: not kept.
 
     Raises:
         ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
@@ -283,6 +402,7 @@ class App:
         dead_letter_max_len: int | None = 100_000,
         dead_letter_max_age: float | timedelta | None = timedelta(days=30),
         legacy_markers: bool = False,
+        status_ttl: float | timedelta | None = timedelta(minutes=10),
     ) -> None:
         url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
@@ -320,12 +440,16 @@ class App:
         if not isinstance(legacy_markers, bool):
             raise ConfigError(f"legacy_markers must be True or False, got {legacy_markers!r}")
         self.legacy_markers = legacy_markers
+        kept = 0.0 if status_ttl is None else seconds(status_ttl, "status_ttl")
+        self.status_ttl_ms: int = max(1, round(kept * 1000)) if kept else 0
         self.store = Store(url, self.namespace, self.levels, backend, self.aging_seconds)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}  # of the @cron tasks, by task name
         self.lease_keeper = LeaseKeeper(self)
         self.hooks = Hooks()
         # What the startup hooks set up for the tasks (a database pool, an HTTP client).
         self.state = SimpleNamespace()
+        self._eager: EagerRuns | None = None  # inside ``with app.eager():``
         _APPS.add(self)
 
     def on_startup(self, hook: H) -> H:
@@ -393,6 +517,8 @@ class App:
         idempotent: bool = False,
         idempotency_ttl: float | timedelta = DEFAULT_TTL,
         expires: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        keep_result: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -409,6 +535,8 @@ class App:
         idempotent: bool = False,
         idempotency_ttl: float | timedelta = DEFAULT_TTL,
         expires: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        keep_result: float | timedelta | None = None,
     ) -> Any:
         """Register a function (sync or async) as a task.
 
@@ -429,11 +557,20 @@ class App:
             expires: a job not started within this many seconds of its enqueue (any
                 attempt) is dropped unrun, acknowledged and logged: an OTP nobody waits
                 for. None: jobs never expire.
+            rate_limit: at most this many starts, shared by every worker of the
+                namespace: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (``"100/s"``), spaced evenly
+                (one every ``period / N``). A job over it is put back until its turn,
+                spending no attempt, and its worker takes other work meanwhile. None: no
+                limit.
+            keep_result: seconds (or a timedelta) each job's return value (or its error)
+                is kept for ``result()`` and ``App.job``, JSON-encoded like the jobs.
+                None: not kept (the status alone is, for ``App(status_ttl=...)``).
 
         Raises:
             ConfigError: unknown level, bad queue name, a name already registered, a bad
-                retry option, an idempotency TTL under twice the retry window, or an
-                expiry that is not positive or is shorter than the first retry's delay.
+                retry option, an idempotency TTL under twice the retry window, an
+                expiry that is not positive or is shorter than the first retry's delay,
+                or a ``rate_limit`` not of the form ``"N/s"``, ``"N/m"``, ``"N/h"``.
         """
         retry = RetryPolicy(
             retries=retries,
@@ -443,6 +580,7 @@ class App:
         )
         ttl = seconds(idempotency_ttl, "idempotency_ttl")
         expiry = seconds(expires, "expires") if expires is not None else None
+        kept = seconds(keep_result, "keep_result") if keep_result is not None else None
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
@@ -453,6 +591,7 @@ class App:
             if idempotent:  # the job's own done marker must outlast its retries
                 check_ttl(f"job ids of task {task_name!r}", ttl, retry.window)
             check_expiry(task_name, expiry, retry)
+            rate = parse_rate(rate_limit, task_name) if rate_limit is not None else None
             registered = Task(
                 self,
                 func,
@@ -463,11 +602,71 @@ class App:
                 idempotent=idempotent,
                 idempotency_ttl=ttl,
                 expires=expiry,
+                rate_limit=rate,
+                keep_result=kept,
             )
             self.tasks[task_name] = registered
             return registered
 
         return register(fn) if fn is not None else register
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str | tzinfo = "UTC",
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        expires: float | timedelta | None = None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        """Register a function of no arguments (sync or async) as a task run on a schedule.
+
+        Each worker that serves the task's queue runs a scheduler (off with
+        ``WorkerConfig(scheduler=False)`` or ``lockgate worker --no-scheduler``; a burst
+        worker runs none) that enqueues each tick as job ``cron:<task>:<tick in UTC>``.
+        The enqueue takes a once-only key per tick, so a tick is enqueued once however
+        many workers run, and not again after its job ended. Missed ticks: a scheduler
+        that starts enqueues the latest tick up to now unless one already did, so after
+        downtime the last missed tick runs once, late, and the earlier ones not at all
+        (a newly declared schedule's latest tick, too, runs when its first worker starts).
+        Workers' clocks must agree within a fraction of the period (NTP).
+
+        Args:
+            expression: ``minute hour day-of-month month day-of-week``, or six fields
+                with seconds first (``*/10 * * * * *``); also ``L``, ``LW``, ``5L``,
+                ``MON#2`` (cronsim's syntax; no ``@daily``).
+            tz: the time zone the expression is read in: ``"UTC"``, an IANA name
+                (``"Europe/Paris"``) or a ``zoneinfo.ZoneInfo``. Around DST changes it
+                runs as Debian's cron does: a daily job whose time is skipped in spring
+                runs when the clock jumps, and runs once on the day an hour repeats.
+            priority: as for [task][lockgate.App.task], and so are ``queue``, ``name``,
+                ``retries``, ``backoff``, ``timeout``, ``retry_on``, ``idempotent`` and
+                ``expires``.
+
+        Raises:
+            ConfigError: a bad expression or time zone (naming the task), a function that
+                takes arguments, or what [task][lockgate.App.task] refuses.
+        """
+
+        def register(func: Callable[[], R]) -> Task[[], R]:
+            task_name = name or func.__name__
+            schedule = Schedule.parse(task_name, expression, tz)
+            check_no_arguments(func, task_name)
+            registered = self.task(
+                priority=priority, queue=queue, name=task_name, retries=retries,
+                backoff=backoff, timeout=timeout, retry_on=retry_on, idempotent=idempotent,
+                expires=expires,
+            )(func)  # fmt: skip
+            self.schedules[task_name] = schedule
+            return registered
+
+        return register
 
     def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], EnqueuePlan]:
         messages = list(messages)
@@ -479,7 +678,10 @@ class App:
                     f"job {message.job.id!r} of task {message.job.task!r} is {len(data)} "
                     f"bytes encoded, over the limit of {self.max_payload_bytes}"
                 )
-            outgoing.append(Outgoing(message.job, data, round(message.delay * 1000)))
+            once_key, once_ttl_ms = message.once or (None, 0)
+            outgoing.append(
+                Outgoing(message.job, data, round(message.delay * 1000), once_key, once_ttl_ms)
+            )
         return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
 
     def idempotent(
@@ -550,19 +752,130 @@ class App:
             SerializationError: an argument has no JSON form (nothing is enqueued).
             ConnectionFailed: Redis cannot be reached.
         """
+        if self._eager is not None:
+            eager = self._eager
+            return [self._handle(eager.run(m.job).id, True, m.job) for m in messages]
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
         created = self.store.enqueue(plan)
-        return [EnqueueResult(j.id, c) for j, c in zip(jobs, created, strict=True)]
+        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
 
     async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Async [enqueue_many][lockgate.App.enqueue_many]."""
+        if self._eager is not None:
+            eager = self._eager
+            return [self._handle((await eager.run_async(m.job)).id, True, m.job) for m in messages]
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
         created = await self.store.enqueue_async(plan)
-        return [EnqueueResult(j.id, c) for j, c in zip(jobs, created, strict=True)]
+        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+
+    def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:
+        return EnqueueResult(job_id, created, job.task, self)
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run each job enqueued inside the block inline, in the caller, instead of
+        queueing it: for users' unit tests.
+
+        A job runs as a worker would run it (arguments through the wire encoding,
+        ``current_job()`` set, failures retried by its task's policy with the delays
+        skipped, until it ends done or dead); its handle's ``status()`` and
+        ``result()`` and [App.job][lockgate.App.job] answer from that run. Nothing
+        touches the queue (see :mod:`lockgate.eager`). Blocks nest.
+        """
+        outer = self._eager
+        self._eager = outer or EagerRuns(self)
+        try:
+            yield
+        finally:
+            self._eager = outer
+
+    # status, results, cancellation
+
+    def job(self, job_id: str) -> JobInfo:
+        """What is known of a job: its status, attempts, times, and its result or error
+        when its task keeps them (``keep_result``).
+
+        One read, whatever the backend. A job's status is ``waiting``, ``delayed``,
+        ``running``, then ``done``, ``dead`` (a final failure: there is no other failed
+        state) or ``cancelled``, kept for ``status_ttl`` after it ended; ``unknown``
+        before its enqueue and after that.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        if self._eager is not None and job_id in self._eager.jobs:
+            return self._eager.jobs[job_id]
+        return job_info(job_id, self.store.job_status(job_id), self._returns)
+
+    async def job_async(self, job_id: str) -> JobInfo:
+        """Async [job][lockgate.App.job]."""
+        if self._eager is not None and job_id in self._eager.jobs:
+            return self._eager.jobs[job_id]
+        return job_info(job_id, await self.store.job_status_async(job_id), self._returns)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job.
+
+        A waiting or delayed job is removed at once (atomically) and ends ``cancelled``;
+        its id is free again. A running job's worker is told within a fraction of a
+        second: an async run gets ``CancelledError`` at its next await and ends
+        ``cancelled`` (neither retried nor dead-lettered); a sync run sees
+        ``current_job().cancelled`` become true (one in a child process, a job that
+        crashed a worker before, is not reached).
+
+        Returns:
+            True when the job will not run (it was waiting or delayed); False for a
+            running job (told to stop), an ended one, or an unknown id.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        return self.store.cancel(job_id, *self._cancel_record(job_id)) == "cancelled"
+
+    async def cancel_async(self, job_id: str) -> bool:
+        """Async [cancel][lockgate.App.cancel]."""
+        return await self.store.cancel_async(job_id, *self._cancel_record(job_id)) == "cancelled"
+
+    def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any:
+        """Wait for a job to end and return its result (see
+        [EnqueueResult.result][lockgate.EnqueueResult.result])."""
+        self._check_kept(task, job_id)
+        poll = Poll(timeout, job_id)
+        while not settled(info := self.job(job_id)):
+            time.sleep(poll.next_wait())
+        return answer(info)
+
+    async def wait_result_async(
+        self, job_id: str, task: str = "", timeout: float | None = None
+    ) -> Any:
+        """Async [wait_result][lockgate.App.wait_result]."""
+        self._check_kept(task, job_id)
+        poll = Poll(timeout, job_id)
+        while not settled(info := await self.job_async(job_id)):
+            await asyncio.sleep(poll.next_wait())
+        return answer(info)
+
+    def _check_kept(self, task: str, job_id: str) -> None:
+        if self._eager is not None and job_id in self._eager.jobs:
+            return  # an eager run keeps its result here, whatever its task declares
+        registered = self.tasks.get(task)
+        if registered is not None and not registered.keep_result_ms:
+            raise ConfigError(
+                f"task {task!r} keeps no result: declare it with "
+                f"@app.task(keep_result=SECONDS) to read results"
+            )
+
+    def _returns(self, task: str) -> Any:
+        registered = self.tasks.get(task)
+        return registered.returns if registered is not None else Any
+
+    def _cancel_record(self, job_id: str) -> tuple[bytes, int]:
+        record = FinalRecord(status="cancelled", finished_at=time.time(), reason="cancelled")
+        return msgspec.json.encode(record), self.status_ttl_ms
 
     def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
         """The app's shared sync client and its scripts (created on first use)."""

@@ -131,6 +131,10 @@ class Settlement:
             (what lockgate 0.2 workers read).
         record: dead: the dead letter's fields.
         trim: dead: [dead letters kept at most, their max age ms], 0 for no limit.
+        final: done and dead: the job's final record (``b""``: none is kept).
+        final_ttl_ms: how long it is kept.
+        result: done and dead: the job's result record (``b""``: none is kept).
+        result_ttl_ms: how long it is kept.
     """
 
     delivery: Delivery
@@ -144,6 +148,10 @@ class Settlement:
     legacy_markers: bool = False
     record: Mapping[str, str | bytes] = field(default_factory=dict)
     trim: Sequence[int] = (0, 0)
+    final: bytes = b""
+    final_ttl_ms: int = 0
+    result: bytes = b""
+    result_ttl_ms: int = 0
 
     def claim_keys(self) -> list[str]:
         """The claim's key and its 0.1 name, when there are ones (the last KEYS)."""
@@ -164,9 +172,16 @@ class Settlement:
             int(self.legacy_markers),
         ]  # fmt: skip
 
-    def dead_args(self) -> list[Arg]:
-        """Trim limits, then the dead letter's field/value pairs."""
-        args: list[Arg] = [*self.trim]
+    def end_args(self) -> list[Arg]:
+        """Trim limits, the final record and its TTL, the result record and its TTL, then
+        the dead letter's field/value pairs."""
+        args: list[Arg] = [
+            *self.trim,
+            self.final,
+            self.final_ttl_ms,
+            self.result,
+            self.result_ttl_ms,
+        ]
         for name, value in self.record.items():
             args += [name, value]
         return args
@@ -184,11 +199,16 @@ class ReadResult:
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A job on its way in: the job, its encoding, and its delay in ms (0: run now)."""
+    """A job on its way in: the job, its encoding, its delay in ms (0: run now), and a
+    once-only key with its TTL in ms (a cron tick's: the enqueue takes it with SET NX in
+    the same script, so each tick is enqueued once however many schedulers run).
+    """
 
     job: Job
     data: bytes
     delay_ms: int = 0
+    once_key: str | None = None
+    once_ttl_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

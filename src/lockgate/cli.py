@@ -171,6 +171,8 @@ url_option = click.option(
               help="Worker processes, under a supervisor that restarts them.")  # fmt: skip
 @click.option("--burst", is_flag=True,
               help="Exit 0 once nothing is queued, delayed or running.")  # fmt: skip
+@click.option("--no-scheduler", is_flag=True,
+              help="Do not enqueue the ticks of @app.cron tasks (other workers do).")  # fmt: skip
 @log_level_option
 def worker(
     app_spec: str,
@@ -185,6 +187,7 @@ def worker(
     url: str | None,
     processes: int,
     burst: bool,
+    no_scheduler: bool,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
     if burst and processes > 1:
@@ -209,6 +212,7 @@ def worker(
             visibility_timeout=visibility_timeout,
             max_deliveries=max_deliveries,
             claim_lease=claim_lease,
+            scheduler=not no_scheduler,
         )
         _warn_unknown_queues(app, config.queues)
         running = Worker(app, config)

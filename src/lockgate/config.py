@@ -106,6 +106,8 @@ class WorkerConfig:
             stopped renewing it. It bounds how long a job waits after its worker died, and
             it is how long a Redis outage (a restart, a failover) may last before a job
             whose acknowledgement was held up could run again elsewhere.
+        scheduler: enqueue the ticks of the ``@app.cron`` tasks of the queues served
+            here (each tick once, however many workers do it); False leaves it to others.
     """
 
     concurrency: int = 8
@@ -116,8 +118,11 @@ class WorkerConfig:
     visibility_timeout: float | timedelta = 30.0
     max_deliveries: int = 5
     claim_lease: float | timedelta = 30.0
+    scheduler: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.scheduler, bool):
+            raise ConfigError(f"scheduler must be True or False, got {self.scheduler!r}")
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise ConfigError(f"concurrency must be a whole number, got {self.concurrency!r}")
         if self.concurrency < 1:

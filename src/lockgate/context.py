@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+import threading
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -28,6 +29,9 @@ class JobContext:
         retry_window: longest span of the task's retry delays, in seconds.
         idempotency_ttl: the task's done-marker TTL, the default of its steps.
         done_markers: expiry times of the done markers this run wrote.
+        cancelled: whether ``App.cancel`` asked this run to stop. An async run also gets
+            ``CancelledError`` at its next await; a sync one should look now and then:
+            raising anything then ends the job cancelled, returning ends it done.
     """
 
     job_id: str
@@ -41,6 +45,16 @@ class JobContext:
     idempotency_ttl: float = 86_400.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
     done_markers: list[float] = field(default_factory=list, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``App.cancel`` asked this run to stop (see the class docstring)."""
+        return self._cancel.is_set()
+
+    def request_cancel(self) -> None:
+        """Ask this run to stop (the worker's side of ``App.cancel``)."""
+        self._cancel.set()
 
     def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
         """An idempotency claim scoped to this job and one external step of it.
@@ -83,6 +97,11 @@ def running_job() -> JobContext | None:
     return _current.get()
 
 
-def set_current(job: JobContext | None) -> None:
-    """Bind the job for the running task (worker use)."""
-    _current.set(job)
+def set_current(job: JobContext | None) -> Token[JobContext | None]:
+    """Bind the job for the running task (worker use); the token undoes it."""
+    return _current.set(job)
+
+
+def reset_current(token: Token[JobContext | None]) -> None:
+    """Undo a :func:`set_current` (eager runs, which run inside the caller's context)."""
+    _current.reset(token)

@@ -14,6 +14,9 @@ LockgateError
 ├── TaskNotFound           a message names a task this app does not know
 ├── InvalidArguments       arguments that do not fit the task (also a TypeError)
 ├── DatabaseError          PostgreSQL refused or could not be reached (names the DSN)
+├── JobFailed              result(): the job was dead-lettered (type, message, traceback)
+│   └── JobCancelled       result(): the job was cancelled or expired
+├── ResultUnavailable      result(): the job is unknown, or its result expired
 ├── AlreadyProcessed       an idempotent job or step already ran
 │   └── StepDone           a step of a multi-step job already ran
 └── RetryableError         control flow: raise it in a task to have the job retried later
@@ -122,6 +125,33 @@ class AlreadyProcessed(LockgateError):
 
 class StepDone(AlreadyProcessed):
     """A step of a multi-step job already ran; skip it with ``contextlib.suppress``."""
+
+
+class JobFailed(LockgateError):
+    """A job ended without a result: it was dead-lettered (its last run raised).
+
+    Attributes:
+        job_id: the job.
+        type_name: the name of the exception type its last run raised.
+        message: that exception's message.
+        traceback: its traceback, as text (it may have been raised in another process).
+    """
+
+    def __init__(self, job_id: str, type_name: str, message: str, traceback: str = "") -> None:
+        super().__init__(f"job {job_id!r} failed: {type_name}: {message}")
+        self.job_id = job_id
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+
+
+class JobCancelled(JobFailed):
+    """A job was cancelled (``App.cancel``) or expired before it ran to its end."""
+
+
+class ResultUnavailable(LockgateError):
+    """A job's result cannot be had: the job is unknown, or it ended and its result (or
+    its status) expired or was never kept."""
 
 
 class DatabaseError(LockgateError):

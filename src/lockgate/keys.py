@@ -100,6 +100,12 @@ class Keys:
         """A cooldown (rate limit) marker."""
         return f"{self.prefix}:cooldown:{key}"
 
+    def rate_limit(self, name: str) -> str:
+        """The GCRA limiter of task ``name``'s ``rate_limit``, shared by every worker: a
+        string holding the next start's theoretical arrival time (server microseconds),
+        expiring when that time passes (see lua/rate_limit.lua)."""
+        return f"{self.prefix}:rate:{name}"
+
     def dead(self) -> str:
         """The dead-letter stream of the namespace."""
         return f"{self.prefix}:dead"
@@ -107,6 +113,24 @@ class Keys:
     def job(self, job_id: str) -> str:
         """Marker that a job id is queued or running (the enqueue dedup key)."""
         return f"{self.prefix}:job:{job_id}"
+
+    def tick(self, task: str, stamp: str) -> str:
+        """A cron tick's once-only key (SET NX PX by the enqueue script): a tick whose key
+        is taken is not enqueued again, even after its job ended and freed :meth:`job`."""
+        return f"{self.prefix}:tick:{task}:{stamp}"
+
+    def result(self, job_id: str) -> str:
+        """A job's result record, for a task declared with ``keep_result``."""
+        return f"{self.prefix}:result:{job_id}"
+
+    def status(self, job_id: str) -> str:
+        """A job's final record once it ended (kept for ``App(status_ttl=...)``)."""
+        return f"{self.prefix}:status:{job_id}"
+
+    def cancel_flag(self, job_id: str) -> str:
+        """Set by ``App.cancel`` for a running job: its worker cancels the run that the
+        value names (the stream entry id, or the sorted backend's take token)."""
+        return f"{self.prefix}:cancel:{job_id}"
 
     def sorted_waiting(self, queue: str) -> str:
         """Sorted backend: job ids waiting, scored by rank (lower runs first)."""

@@ -62,6 +62,8 @@ class Outcome:
         reason: dead: why, for the dead letter; retry and abandoned: for the log.
         error: what the run raised, when it raised.
         claim: what happens to the job's idempotency claim, when it has one.
+        result: done: the return value's JSON, for a task that keeps its results.
+        cancelled: done: the job ends cancelled (``App.cancel``, or expired), not done.
     """
 
     kind: Kind
@@ -70,6 +72,8 @@ class Outcome:
     reason: str = ""
     error: ErrorInfo | None = None
     claim: ClaimAction = "release"
+    result: bytes | None = None
+    cancelled: bool = False
 
 
 DONE = Outcome("done", claim="done")
@@ -90,7 +94,13 @@ def expired(job: Job, expires: float | None, now: float) -> Outcome | None:
         "done",
         reason=f"expired: waited {waited:.1f} s, over its expiry of {expires:g} s",
         claim="release",
+        cancelled=True,
     )
+
+
+# A run cancelled by App.cancel: acknowledged, neither retried nor dead-lettered, and its
+# claim let go (a job cancelled halfway did not finish its work).
+CANCELLED = Outcome("done", reason="cancelled", claim="release", cancelled=True)
 
 
 def dead(reason: str, error: BaseException | ErrorInfo | None = None) -> Outcome:

@@ -39,10 +39,13 @@ from lockgate.errors import (
     BrokerError,
     ClaimBusy,
     InvalidArguments,
+    SerializationError,
 )
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
 from lockgate.outcome import (
+    CANCELLED,
+    DONE,
     ErrorInfo,
     Outcome,
     dead,
@@ -52,6 +55,8 @@ from lockgate.outcome import (
     markers_expired,
     wait,
 )
+from lockgate.ratelimit import Rate
+from lockgate.status import encode_result
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +66,15 @@ CLAIM_RETRY = 0.5
 
 @dataclass(slots=True)
 class Ending:
-    """How a run ended: the outcome, and the job claim it held (None when none)."""
+    """How a run ended: the outcome, the job claim it held (None when none), its task,
+    and when the run started and ended (Unix time; 0 when it never started)."""
 
     delivery: Delivery
     outcome: Outcome
     claim: Claim | None = None
     task: Task[Any, Any] | None = None
+    started: float = 0.0
+    finished: float = 0.0
 
 
 Finisher = Callable[[Any, BaseException | None], None]
@@ -163,10 +171,31 @@ class JobRunner:
         self.pool = pool
         self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
         self._finish_abandoned = finish_abandoned
+        # Runs inside their task function now, by job id: what App.cancel can reach.
+        self._inside: dict[str, tuple[_Run, asyncio.Task[Any] | None]] = {}
 
     async def run(self, delivery: Delivery) -> Ending:
         """Run a delivery; the ending says how to settle it."""
-        return self.with_read_claim(await self._run(delivery))
+        ending = self.with_read_claim(await self._run(delivery))
+        ending.finished = time.time()
+        return ending
+
+    def cancel(self, job_id: str, take: str) -> bool:
+        """Cancel a job's run, when it is inside its task function and is the take
+        ``take`` (stream entry id, or sorted take token): the run's
+        ``current_job().cancelled`` becomes true, and an async run (not one in a child
+        process) gets ``CancelledError`` at its next await. True when it was reached."""
+        inside = self._inside.get(job_id)
+        if inside is None:
+            return False
+        run, task = inside
+        if take not in (run.delivery.ref, run.delivery.owner) or run.context.cancelled:
+            return False
+        run.context.request_cancel()
+        log.info("job %s (%s): cancel requested", job_id, run.task.name)
+        if task is not None:
+            task.cancel()
+        return True
 
     def with_read_claim(self, ending: Ending) -> Ending:
         """The ending, holding the job claim its read took when the run did not get as far
@@ -199,6 +228,10 @@ class JobRunner:
                 "the done markers of its finished steps expired before this attempt "
                 "started: it would run them again; raise the steps' ttl"
             ), task=task)  # fmt: skip
+        if task.rate_limit is not None:
+            held = await self._rate_limited(task, task.rate_limit, delivery)
+            if held is not None:  # its read claim, if any, is let go (with_read_claim)
+                return Ending(delivery, held, task=task)
         context = JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
@@ -209,6 +242,7 @@ class JobRunner:
             run.claim, early = await self._claim(task, job, delivery.claim)
             if early is not None:
                 return Ending(delivery, early, task=task)
+        started = time.time()
         try:
             if isolated(delivery):
                 outcome = await self._run_isolated(run)
@@ -217,7 +251,29 @@ class JobRunner:
         except Exception as e:  # the runner itself failed (a fork refused, say)
             log.exception("job %s (%s) could not be run; trying again", job.id, job.task)
             outcome = wait(job, CLAIM_RETRY, f"could not be run: {e!r}")
-        return Ending(delivery, outcome, run.claim, task)
+        return Ending(delivery, outcome, run.claim, task, started)
+
+    async def _rate_limited(
+        self, task: Task[Any, Any], rate: Rate, delivery: Delivery
+    ) -> Outcome | None:
+        """Ask the task's shared limiter for a start now: None to start, else an outcome
+        that puts the same attempt back (attempt and waits unchanged) until its turn."""
+        job, taken = delivery.job, delivery.claim
+        assert job is not None
+        if taken is not None and taken.state != 1:
+            return None  # done, or run by another worker: the claim step ends it unrun
+        try:
+            delay = await self.app.store.rate_limit_wait(task.name, rate)
+        except AccessDenied:
+            raise  # no retry mends an ACL: the worker stops (see Worker._execute)
+        except BrokerError as e:
+            log.warning("job %s (%s): rate limit check failed (%s); trying again",
+                        job.id, job.task, e)  # fmt: skip
+            return Outcome("retry", delay=CLAIM_RETRY, next_job=job,
+                           reason=f"rate limit check failed: {e}")  # fmt: skip
+        if delay <= 0:
+            return None
+        return Outcome("retry", delay=delay, next_job=job, reason="rate limited")
 
     def _job_claim(self, task: Task[Any, Any], job: Job, token: str | None = None) -> Claim:
         return Claim(
@@ -251,23 +307,40 @@ class JobRunner:
             return None, wait(job, CLAIM_RETRY, f"claim failed: {e}")
         return claim, None
 
-    def _decide(self, error: BaseException | None, run: _Run) -> Outcome:
+    def _decide(self, error: BaseException | None, run: _Run, returned: Any = None) -> Outcome:
+        if error is not None and run.context.cancelled:
+            return CANCELLED  # it stopped because it was asked to: not a failure
         markers = min(run.context.done_markers, default=0.0)
-        return decide(
+        outcome = decide(
             error, run.job, run.task.retry, now=time.time(),
             markers_expire=earliest(run.job.markers_expire, markers),
         )  # fmt: skip
+        if outcome is DONE and run.task.keep_result_ms:
+            try:
+                return replace(outcome, result=encode_result(returned))
+            except SerializationError as e:
+                log.error("job %s (%s): %s; its result is an error", run.job.id,
+                          run.task.name, e)  # fmt: skip
+                return replace(outcome, result=None, error=ErrorInfo.of(e))
+        return outcome
 
     async def _run_here(self, run: _Run) -> Outcome:
         task, job = run.task, run.job
         error: BaseException | None = None
+        returned: Any = None
+        self._inside[job.id] = (run, asyncio.current_task() if task.is_async else None)
         try:
             if task.is_async:
                 async with asyncio.timeout(task.retry.timeout):
-                    await task.fn(*run.args, **run.kwargs)
+                    returned = await task.fn(*run.args, **run.kwargs)
             else:
-                await self._run_sync(run)
+                returned = await self._run_sync(run)
         except asyncio.CancelledError:
+            if run.context.cancelled:
+                current = asyncio.current_task()
+                if current is not None and task.is_async:
+                    current.uncancel()  # asked for by App.cancel: this run ends here
+                return CANCELLED
             if task.is_async:
                 log.warning("job %s (%s) stopped before it finished; left pending",
                             job.id, job.task)  # fmt: skip
@@ -281,9 +354,11 @@ class JobRunner:
             return replace(self._decide(TimeoutError(str(e)), run), claim="keep")
         except BaseException as e:  # a task's SystemExit must not stop the worker
             error = e
-        return self._decide(error, run)
+        finally:
+            self._inside.pop(job.id, None)
+        return self._decide(error, run, returned)
 
-    async def _run_sync(self, run: _Run) -> None:
+    async def _run_sync(self, run: _Run) -> Any:
         task = run.task
         returned = await self._in_thread(
             SyncRun(lambda: task.fn(*run.args, **run.kwargs)), task.retry.timeout, run
@@ -296,6 +371,7 @@ class JobRunner:
                 f"task {task.name!r} is a plain function that returned an awaitable; "
                 "declare it with 'async def' so the worker awaits it"
             )
+        return returned
 
     async def _in_thread(self, call: SyncRun, timeout: float | None, run: _Run) -> Any:
         """Await a call in a pool thread, which cannot be interrupted.
@@ -322,7 +398,11 @@ class JobRunner:
                     ) from None
                 deadline = None  # it ended at the timeout: take its result
             except asyncio.CancelledError:
-                if not self.forced.is_set() and not running.done():
+                if running.done():
+                    # The call itself raised CancelledError (a sync task told by App.cancel
+                    # to stop): its outcome. Waiting on would raise it again at once.
+                    return running.result()
+                if not self.forced.is_set():
                     # A graceful stop cannot interrupt a thread: wait for it, keeping the
                     # claim and the heartbeat; a second stop abandons it.
                     current = asyncio.current_task()
@@ -352,8 +432,9 @@ class JobRunner:
                     run.job, CLAIM_RETRY, f"could not be run: {error!r}"
                 )  # fmt: skip
             else:
-                outcome = self._decide(error, run)
-            self._finish_abandoned(Ending(run.delivery, outcome, run.claim, run.task))
+                outcome = self._decide(error, run, result)
+            ending = Ending(run.delivery, outcome, run.claim, run.task, finished=time.time())
+            self._finish_abandoned(ending)
 
         return finish
 
@@ -363,14 +444,15 @@ class JobRunner:
         def work() -> bytes:  # runs in the child process
             set_current(run.context)
             error: BaseException | None = None
+            returned: Any = None
             try:
                 if task.is_async:
-                    asyncio.run(task.fn(*run.args, **run.kwargs))
+                    returned = asyncio.run(task.fn(*run.args, **run.kwargs))
                 else:
-                    task.fn(*run.args, **run.kwargs)
+                    returned = task.fn(*run.args, **run.kwargs)
             except BaseException as e:
                 error = e
-            return msgspec.json.encode(self._decide(error, run))
+            return msgspec.json.encode(self._decide(error, run, returned))
 
         log.info("job %s (%s) delivered %d times: running it in a child process",
                  job.id, job.task, run.delivery.deliveries)  # fmt: skip

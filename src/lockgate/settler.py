@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lockgate import deadletter
+from lockgate import deadletter, status
 from lockgate.app import App
 from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
 from lockgate.errors import LockgateError
@@ -37,6 +37,15 @@ def settlement(app: App, ending: Ending) -> Settlement:
     record: dict[str, str | bytes] = {}
     if outcome.kind == "dead":
         record = deadletter.record(ending.delivery, outcome.reason, outcome.error)
+    final, result, result_ttl_ms = b"", b"", 0
+    job, task = ending.delivery.job, ending.task
+    if outcome.kind in ("done", "dead") and job is not None:
+        if app.status_ttl_ms:
+            final = status.final_record(
+                job.task, job.attempt, job.enqueued, ending.started, ending.finished, outcome
+            )
+        if task is not None and task.keep_result_ms:
+            result, result_ttl_ms = status.result_record(outcome), task.keep_result_ms
     return Settlement(
         ending.delivery, outcome,
         claim_key=claim.redis_key if claim is not None else None,
@@ -48,6 +57,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
         legacy_markers=claim.legacy_markers if claim is not None else False,
         record=record,
         trim=deadletter.trim_args(app) if outcome.kind == "dead" else (0, 0),
+        final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
     )  # fmt: skip
 
 

@@ -114,8 +114,12 @@ class SortedBroker:
                 for i in batch:
                     outgoing = jobs[members[i]]
                     job = outgoing.job
-                    script_keys.append(self._keys.job(job.id))
-                    args += [job.id, self.boost(job.level), outgoing.data, outgoing.delay_ms]
+                    marker = self._keys.job(job.id)
+                    script_keys += [marker, outgoing.once_key or marker]
+                    args += [
+                        job.id, self.boost(job.level), outgoing.data, outgoing.delay_ms,
+                        outgoing.once_ttl_ms,
+                    ]  # fmt: skip
                 calls.append(ScriptCall("enqueue_sorted", script_keys, args))
                 positions.append([members[i] for i in batch])
         return EnqueuePlan(calls, positions)
@@ -217,6 +221,7 @@ class SortedConsumer:
         keys = [
             q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
             self._keys.dead(), q.wake, self._keys.job(delivery.ref),
+            self._keys.result(delivery.ref), self._keys.status(delivery.ref),
         ]  # fmt: skip
         keys += settlement.claim_keys()
         following = outcome.next_job
@@ -225,7 +230,7 @@ class SortedConsumer:
             codec.encode(following) if following is not None else b"",
             max(0, round(outcome.delay * 1000)),
             self._producer.boost(following.level) if following is not None else 0,
-            *settlement.dead_args(),
+            *settlement.end_args(),
         ]  # fmt: skip
         return ScriptCall("settle_sorted", keys, args)
 

@@ -28,13 +28,17 @@ from lockgate.connections import (
 )
 from lockgate.errors import ConfigError
 from lockgate.faults import translated
-from lockgate.keys import Keys
+from lockgate.keys import GROUP, Keys
 from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
+from lockgate.ratelimit import Rate
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
 
 # Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
 PURGE_CHUNK = 1000
+# A running job's cancel flag names its take, so a stale one never reaches a later run of
+# the id; an hour covers a worker that looks late (it looks every fraction of a second).
+CANCEL_FLAG_MS = 3_600_000
 
 
 class Store:
@@ -234,6 +238,41 @@ class Store:
         counted, value = self.run([call])[0]
         return bool(counted), int(value)
 
+    # status, results, cancellation
+
+    def _status_call(self, job_id: str) -> ScriptCall:
+        keys = [self.keys.job(job_id), self.keys.result(job_id), self.keys.status(job_id)]
+        return ScriptCall("job_status", keys, [GROUP])
+
+    def _cancel_call(self, job_id: str, record: bytes, record_ttl_ms: int) -> ScriptCall:
+        keys = [self.keys.job(job_id), self.keys.cancel_flag(job_id), self.keys.status(job_id)]
+        return ScriptCall("cancel_job", keys, [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS])
+
+    def job_status(self, job_id: str) -> list[Any]:
+        """Where job ``job_id`` is, and its final and result records (see
+        ``lua/job_status.lua``), in one read."""
+        return list(self.run([self._status_call(job_id)])[0])
+
+    async def job_status_async(self, job_id: str) -> list[Any]:
+        """Async :meth:`job_status`."""
+        return list((await self.run_async([self._status_call(job_id)]))[0])
+
+    def cancel(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
+        """Cancel job ``job_id``: ``cancelled`` (removed, its marker now ``record``),
+        ``running`` (its worker is told) or ``gone`` (see ``lua/cancel_job.lua``)."""
+        return text(self.run([self._cancel_call(job_id, record, record_ttl_ms)])[0])
+
+    async def cancel_async(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
+        """Async :meth:`cancel`."""
+        return text((await self.run_async([self._cancel_call(job_id, record, record_ttl_ms)]))[0])
+
+    async def cancel_requests(self, client: AsyncClient, job_ids: Sequence[str]) -> list[str]:
+        """The cancel flags of running jobs (one MGET on the worker's client): per job,
+        the take it names, "" when none."""
+        with translated(self.url):
+            values = await client.mget([self.keys.cancel_flag(job_id) for job_id in job_ids])
+        return [text(value) if value is not None else "" for value in values]
+
     def counter(self, name: str) -> int:
         """Counter ``name``'s value (0 when never counted)."""
         client, _ = self.sync_connection()
@@ -245,6 +284,23 @@ class Store:
         client, _ = self.sync_connection()
         with translated(self.url):
             return bool(client.set(self.keys.cooldown(key), "1", nx=True, px=ms))
+
+    async def rate_limit_wait(self, task: str, rate: Rate) -> float:
+        """Ask task ``task``'s shared limiter for a start now (recorded when allowed).
+
+        Sent in the round trip of the other calls made in this turn of the event loop, so
+        the jobs one read started ask together.
+
+        Returns:
+            0.0 when the job may start now, else the seconds until its turn may come.
+
+        Raises:
+            BrokerError: Redis refused the call or could not be reached.
+        """
+        call = ScriptCall(
+            "rate_limit", [self.keys.rate_limit(task)], [rate.interval_us, rate.burst]
+        )
+        return int(await self.run_soon(call)) / 1000
 
     # dead letters
 

@@ -102,8 +102,9 @@ class StreamBroker:
                         self._keys.stream(job.queue, job.level),
                         self._keys.delayed(job.queue, job.level),
                     )
-                script_keys += [self._keys.job(job.id), *place]
-                args += [jobs[i].data, jobs[i].delay_ms]
+                marker = self._keys.job(job.id)
+                script_keys += [marker, *place, jobs[i].once_key or marker]
+                args += [jobs[i].data, jobs[i].delay_ms, jobs[i].once_ttl_ms]
             script_keys.append(self._keys.wake())
             calls.append(ScriptCall("enqueue_stream", script_keys, args))
             positions.append(list(batch))
@@ -220,14 +221,15 @@ class StreamConsumer:
         keys = [
             delivery.source, self._marker(delivery),
             self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
-            self._keys.wake(),
+            self._keys.wake(), self._keys.result(delivery.job_id),
+            self._keys.status(delivery.job_id),
         ]  # fmt: skip
         keys += settlement.claim_keys()
         following = outcome.next_job
         args: list[Arg] = [
             GROUP, self._consumer, delivery.ref, outcome.kind, *settlement.claim_args(),
             codec.encode(following) if following is not None else b"",
-            max(0, round(outcome.delay * 1000)), *settlement.dead_args(),
+            max(0, round(outcome.delay * 1000)), *settlement.end_args(),
         ]  # fmt: skip
         return ScriptCall("settle_stream", keys, args)
 

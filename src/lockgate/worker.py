@@ -8,7 +8,8 @@ and not-yet-settled entries from being reclaimed). A helper that fails is logged
 restarted; one that meets an error that cannot heal (a wrong password, a missing ACL
 permission) stops the worker with that error. Redis errors are classified once
 (:mod:`lockgate.faults`): transient ones are retried with capped backoff, the worker stays
-up.
+up. The scheduler of the ``@app.cron`` tasks it serves (:mod:`lockgate.scheduler`) is
+one more such helper, and stops with the loop.
 
 Crash recovery: every worker reclaims, one at a time, jobs idle past the visibility timeout
 (their worker died), finding them with ``XPENDING IDLE`` however many live entries the PEL
@@ -45,12 +46,14 @@ from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.outcome import dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.runner import Ending, JobRunner, TaskPool, isolated
+from lockgate.scheduler import Scheduler, served
 from lockgate.settler import Settler
 
 log = logging.getLogger(__name__)
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
 DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
+CANCEL_LOOK = 0.25  # seconds between looks for App.cancel requests of running jobs
 
 
 class Worker:
@@ -161,10 +164,16 @@ class Worker:
         helpers = [
             asyncio.create_task(self._supervised("settle", self._settler.run)),
             asyncio.create_task(self._supervised("heartbeat", self._heartbeat_loop)),
+            asyncio.create_task(self._supervised("cancel", self._cancel_loop)),
             asyncio.create_task(
                 self._supervised("lag", lambda: sample_lag(self._intake.observe, self._closing))
             ),
         ]
+        # A burst worker schedules nothing: it is done once nothing is left to run.
+        schedules = served(self.app, self.queues) if self.config.scheduler and not burst else []
+        if schedules:
+            scheduler = Scheduler(self.app, schedules, stop=self._stopping)
+            helpers.append(asyncio.create_task(self._supervised("schedule", scheduler.run)))
         log.info(
             "worker %s serving queues %s (backend %s, policy %s, concurrency %d)",
             self.name, ",".join(self.queues), self.app.backend, self.config.policy,
@@ -374,6 +383,21 @@ class Worker:
             alive = [*self._running.values(), *self._settler.unsettled]
             if alive:
                 await self._consumer.heartbeat(alive)
+
+    async def _cancel_loop(self) -> None:
+        """Look for ``App.cancel`` requests of the jobs running here, every
+        ``CANCEL_LOOK`` seconds while any runs (one MGET), and pass them to the runner."""
+        assert self._consumer is not None and self._runner is not None
+        while not self._closing.is_set():
+            await self._unless_stopping(asyncio.sleep(CANCEL_LOOK), closing=True)
+            running = [d for d in self._running.values() if d.job is not None]
+            if self._closing.is_set() or not running:
+                continue
+            ids = [d.job_id for d in running]
+            flags = await self.app.store.cancel_requests(self._consumer.client, ids)
+            for delivery, take in zip(running, flags, strict=True):
+                if take:
+                    self._runner.cancel(delivery.job_id, take)
 
     # stopping
 

@@ -21,7 +21,7 @@ import pytest
 import redis
 from psycopg import sql
 
-from conftest import delete_namespace, wait_until_sync
+from conftest import delete_namespace, job_ended, wait_until_sync
 from lockgate import AlreadyProcessed, App, ClaimBusy, ConnectionFailed
 from lockgate.codec import encode
 from lockgate.embedded import EmbeddedServer
@@ -113,7 +113,7 @@ def test_an_idempotent_job_whose_worker_was_killed_runs_again_and_completes_once
     )
     assert second.popen.poll() is None, second.tail()
     stream = app.keys.stream("default", "normal")
-    wait_until_sync(lambda: not rclient.exists(app.keys.job("order-A1")), message="acked")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "order-A1"), message="acked")
     assert rclient.zscore(*app.keys.done_marker(claim_key)) is not None  # marked done
     starts = [entry.decode().split(":") for entry in rclient.lrange(key("started:order-A1"), 0, -1)]
     assert len(starts) == 2

@@ -37,7 +37,7 @@ import redis
 from psycopg import sql
 
 import lockgate
-from conftest import wait_until_sync
+from conftest import job_ended, wait_until_sync
 from lockgate.keys import Keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.single_node]
@@ -214,7 +214,7 @@ def left_in_redis(
             counts[name] = rclient.zcard(key)
         for name, key in (("payloads", q.payloads), ("owners", q.owners)):
             counts[name] = rclient.hlen(key)
-    counts["markers"] = rclient.exists(*[keys.job(f"job-{n}") for n in jobs])
+    counts["markers"] = sum(not job_ended(rclient, keys, f"job-{n}") for n in jobs)
     return {name: n for name, n in counts.items() if n}
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import wait_until_sync
+from conftest import job_ended, wait_until_sync
 from lockgate import App
 
 pytestmark = pytest.mark.chaos
@@ -101,7 +101,7 @@ def test_sigterm_past_the_grace_period_keeps_the_claim_and_settles_when_the_run_
     rclient.set(key(namespace, "release"), 1)
     assert first.popen.wait(timeout=20) == 0, first.tail()
     assert rclient.zscore(*app.keys.done_marker(claim_key)) is not None  # marked done
-    assert not rclient.exists(app.keys.job("pay-A1"))  # acked: the id is free
+    assert job_ended(rclient, app.keys, "pay-A1")  # acked: the id is free
     second.popen.send_signal(signal.SIGTERM)
     assert second.popen.wait(timeout=20) == 0, second.tail()
     assert len(rclient.lrange(key(namespace, "paid"), 0, -1)) == 1
@@ -131,13 +131,13 @@ def test_a_second_sigint_exits_at_once_and_the_job_is_redelivered_after_the_leas
     # The interrupted run's claim was kept, not released: it lapses with its lease.
     claim = rclient.get(claim_key)
     assert claim is None or claim.startswith(b"c:"), claim
-    assert rclient.exists(app.keys.job("pay-A2"))  # not acked: it will be redelivered
+    assert not job_ended(rclient, app.keys, "pay-A2")  # not acked: it will be redelivered
     rclient.set(key(namespace, "release"), 1)
     second = spawn(grace=5.0, visibility=1.0)
     wait_until_sync(
         lambda: rclient.llen(key(namespace, "paid")) == 1, message="redelivered and paid"
     )
-    wait_until_sync(lambda: not rclient.exists(app.keys.job("pay-A2")), message="acked")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "pay-A2"), message="acked")
     assert rclient.zscore(*app.keys.done_marker(claim_key)) is not None  # marked done
     second.popen.send_signal(signal.SIGTERM)
     assert second.popen.wait(timeout=20) == 0, second.tail()

@@ -16,7 +16,7 @@ import pytest
 import redis
 from worker_proc import record_key
 
-from conftest import wait_until_sync
+from conftest import job_ended, wait_until_sync
 from lockgate import App
 from lockgate.codec import decode
 from lockgate.keys import GROUP
@@ -105,7 +105,7 @@ def test_a_killed_workers_job_runs_to_completion_elsewhere(
         message="the second worker completed the job",
     )
     # Acked: out of flight, payload gone, id free.
-    wait_until_sync(lambda: not rclient.exists(app.keys.job("victim")), message="job acked")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "victim"), message="job acked")
     assert rclient.zscore(inflight, "victim") is None
     assert not rclient.hexists(app.keys.sorted_payloads("default"), "victim")
     assert not rclient.hexists(app.keys.sorted_deliveries("default"), "victim")
@@ -159,8 +159,8 @@ def test_graceful_shutdown_loses_nothing(
     assert acked <= done, "jobs acked without being done"
     assert done <= acked, "jobs done but not acked within the grace period"
     assert rclient.xpending(stream, GROUP)["pending"] == 0
-    assert all(not rclient.exists(app.keys.job(job_id)) for job_id in acked)
-    assert all(rclient.exists(app.keys.job(job_id)) for job_id in queued)
+    assert all(job_ended(rclient, app.keys, job_id) for job_id in acked)
+    assert all(not job_ended(rclient, app.keys, job_id) for job_id in queued)
     first_log = worker.tail()
 
     # A new worker finishes the rest; every job ran exactly once.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import wait_until_sync
+from conftest import job_ended, wait_until_sync
 from lockgate import App
 from lockgate.keys import GROUP
 
@@ -105,7 +105,6 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
         return [row["consumer"].decode() for row in rows]
 
     stream = app.keys.stream("default", "normal")
-    marker = app.keys.job("zombie-1")
     assert slow.enqueue("x", job_id="zombie-1").created
 
     a = spawn()
@@ -138,7 +137,9 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     )
     assert finished() == [a.popen.pid]
     assert owners() == [b_consumer], "the zombie's settle freed the entry B is running"
-    assert rclient.exists(marker), "the zombie's settle freed the job id B is running"
+    assert not job_ended(rclient, app.keys, "zombie-1"), (
+        "the zombie's settle freed the job id B is running"
+    )
     assert not slow.enqueue("x", job_id="zombie-1").created  # B still runs it
     assert rclient.xlen(stream) == 1
 
@@ -148,7 +149,7 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
         lambda: rclient.xpending(stream, GROUP)["pending"] == 0 or not b.alive(),
         message="B settled the job",
     )
-    wait_until_sync(lambda: not rclient.exists(marker), message="job id freed")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "zombie-1"), message="job id freed")
     assert finished() == [a.popen.pid, b_run]
     assert rclient.xlen(stream) == 0
     assert rclient.xlen(app.keys.dead()) == 0

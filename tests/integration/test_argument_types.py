@@ -17,7 +17,7 @@ from uuid import UUID
 import pytest
 import redis
 
-from conftest import running, wait_until, worker_for
+from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, SerializationError
 from lockgate.codec import MAX_DEPTH
 from lockgate.deadletter import list_dead
@@ -74,7 +74,7 @@ async def test_a_value_that_would_change_is_refused_at_enqueue(
     # Nothing reached Redis: no entry, and both job ids are still free.
     assert report.enqueue("2024-02-29", job_id="refused-1").created
     assert rclient.xlen(app.keys.stream("default", "normal")) == 1
-    assert not rclient.exists(app.keys.job("refused-2"))
+    assert job_ended(rclient, app.keys, "refused-2")
 
 
 async def test_an_entry_nested_5000_deep_is_dead_lettered_and_the_worker_goes_on(

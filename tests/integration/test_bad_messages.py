@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from conftest import running, wait_until, worker_for
+from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App
 from lockgate.codec import Job, encode
 from lockgate.deadletter import FIELDS, list_dead
@@ -108,7 +108,7 @@ async def test_streams_unrunnable_messages_are_dead_lettered(
     assert rclient.xpending(stream, GROUP)["pending"] == 0
     assert rclient.xlen(stream) == 0
     for job_id in ("ghost-1", "wrong-args-1", "good-1"):
-        assert not rclient.exists(worker_app.keys.job(job_id))
+        assert job_ended(rclient, worker_app.keys, job_id)
     stats = await queue_stats(worker_app)
     (normal,) = [row for row in stats.levels if row.level == "normal"]
     assert (normal.length, normal.pending, normal.waiting, normal.delayed) == (0, 0, 0, 0)
@@ -163,7 +163,7 @@ async def test_sorted_unrunnable_messages_are_dead_lettered(
         assert not rclient.hexists(q.payloads, job_id)
         assert not rclient.hexists(q.ranks, job_id)
         assert not rclient.hexists(q.deliveries, job_id)
-        assert not rclient.exists(app.keys.job(job_id))
+        assert job_ended(rclient, app.keys, job_id)
     assert letters["wrong-args-1"]["error_type"] == b"InvalidArguments"
     assert b"undecodable" in letters["garbage-1"]["error"]
     assert not rclient.hexists(q.payloads, "good-1")

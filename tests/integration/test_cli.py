@@ -30,7 +30,7 @@ from cli_runs import invoke, one_error_line
 from click.testing import CliRunner
 from terminal import Terminal
 
-from conftest import wait_until_sync
+from conftest import job_ended, wait_until_sync
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
 from lockgate.codec import Job, encode
@@ -204,7 +204,7 @@ def test_dlq_replay_of_an_undeclared_level_is_refused_until_another_is_named(
         "replayed 0 of 1",
     ]
     assert [letter.id for letter in list_dead(cli.app)] == [entry_id]
-    assert not rclient.exists(cli.app.keys.job("charge-U"))
+    assert job_ended(rclient, cli.app.keys, "charge-U")
 
     undeclared = invoke("dlq", SPEC, "replay", entry_id, "--level", "urgent")
     assert undeclared.exit_code == 2
@@ -541,7 +541,7 @@ BULK = [["purge"], ["replay", "--all"], ["replay", "--task", "charge"]]
 
 def nothing_touched(cli: ModuleType, rclient: redis.Redis, dead: dict[str, str]) -> None:
     assert {letter.job_id: letter.id for letter in list_dead(cli.app)} == dead
-    assert not [job_id for job_id in dead if rclient.exists(cli.app.keys.job(job_id))]
+    assert not [job_id for job_id in dead if not job_ended(rclient, cli.app.keys, job_id)]
 
 
 @pytest.mark.parametrize("args", BULK)

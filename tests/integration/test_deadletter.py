@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import running, wait_until, worker_for
+from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, ConfigError, current_job
 from lockgate.codec import Job, decode, encode
 from lockgate.deadletter import count_dead, list_dead, purge, replay, show_dead, trim, trim_args
@@ -61,7 +61,7 @@ async def test_a_dead_letter_records_why_where_and_when(
     assert (job.id, job.args, job.kwargs, job.attempt) == ("invoice-A1", ["A1"], {"copy": True}, 1)
     assert letter.as_dict()["job_id"] == "invoice-A1"
     # Dead-lettered: acked, gone from the queue, and its id free for a replay.
-    assert not rclient.exists(app.keys.job("invoice-A1"))
+    assert job_ended(rclient, app.keys, "invoice-A1")
     if backend == "streams":
         assert rclient.xlen(app.keys.stream("mail", "low")) == 0
     else:
@@ -96,7 +96,7 @@ async def test_replay_keeps_the_job_id_and_runs_the_job(
         assert list_dead(app) == []
         await wait_until(lambda: worker.processed == 1)
     assert runs == [("charge-A1", 1, ["A1"])]
-    assert not rclient.exists(app.keys.job("charge-A1"))
+    assert job_ended(rclient, app.keys, "charge-A1")
 
 
 async def test_replay_leaves_a_letter_whose_id_is_taken_or_whose_job_is_unusable(
@@ -191,7 +191,7 @@ async def test_replay_refuses_a_level_or_queue_the_app_does_not_declare(
     assert results[2].detail == "unknown task 'gone'"
     assert list_dead(app) == letters  # every letter stays
     for job_id in ("send-1", "send-2", "gone-1"):
-        assert not rclient.exists(app.keys.job(job_id))  # no id blocked
+        assert job_ended(rclient, app.keys, job_id)  # no id blocked
     assert rclient.keys(f"{app.keys.prefix}:stream:*") == []
     assert rclient.keys(f"{app.keys.prefix}:sorted:*") == []
 
@@ -214,7 +214,7 @@ async def test_replay_to_another_level_runs_the_job_there_under_its_id(
     assert (result.job_id, result.outcome) == ("send-1", "enqueued")
     assert list_dead(app) == []
     assert queued_ids(rclient, app, "mail", "normal") == ["send-1"]
-    assert rclient.exists(app.keys.job("send-1"))
+    assert not job_ended(rclient, app.keys, "send-1")
     if backend == "streams":
         assert not rclient.exists(app.keys.stream("mail", "urgent"))
 
@@ -260,7 +260,7 @@ async def test_replay_to_an_undeclared_level_or_queue_is_an_error(
     with pytest.raises(ConfigError, match=re.escape(message)):
         replay(app, list_dead(app), **options)
     assert count_dead(app) == 1
-    assert not rclient.exists(app.keys.job("charge-1"))
+    assert job_ended(rclient, app.keys, "charge-1")
 
 
 def test_dead_letter_limits_default_to_100k_letters_and_30_days() -> None:

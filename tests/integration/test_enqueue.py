@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from conftest import running, wait_until, worker_for
+from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, EnqueueResult
 
 BACKENDS = ["streams", "sorted"]
@@ -72,7 +72,7 @@ async def test_dedup_under_concurrent_producers(
         await wait_until(lambda: worker.processed == 2)
     assert ran == [*winners, 7]
     assert entries(rclient, app) == 0
-    assert not rclient.exists(app.keys.job("same"))
+    assert job_ended(rclient, app.keys, "same")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -23,7 +23,15 @@ import msgspec
 import pytest
 import redis
 
-from conftest import finish, inspection_client, running, unacked_reads, wait_until, worker_for
+from conftest import (
+    finish,
+    inspection_client,
+    job_ended,
+    running,
+    unacked_reads,
+    wait_until,
+    worker_for,
+)
 from faults.support import PrivateRedis, hold, leftovers, wait_serving
 from lockgate import App, ConfigError, Message, RetryableError, current_job
 from lockgate.connections import async_client
@@ -117,7 +125,7 @@ async def test_a_dead_workers_job_is_reclaimed_behind_1000_live_pending_entries(
     assert waited < 3.0  # the goal is 1.5 x the visibility timeout; loose here
     assert summary["pending"] == 1000
     assert [(c["name"], c["pending"]) for c in summary["consumers"]] == [(b"live", 1000)]
-    assert not rclient.exists(app.keys.job("orphan"))
+    assert job_ended(rclient, app.keys, "orphan")
 
 
 # Defect 3: a redelivered job does not hold back new work.
@@ -578,4 +586,4 @@ async def test_a_graceful_stop_waits_for_an_isolated_async_run_and_settles_it_on
             await finish(worker, task)
     assert worker.processed == 1
     assert rclient.get(runs) == b"1"
-    assert not rclient.exists(app.keys.job("isolated-1"))
+    assert job_ended(rclient, app.keys, "isolated-1")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import running, wait_until, wait_until_sync, worker_for
+from conftest import job_ended, running, wait_until, wait_until_sync, worker_for
 from lockgate import (
     AlreadyProcessed,
     App,
@@ -486,7 +486,7 @@ async def test_a_worker_acks_a_duplicate_without_running_the_side_effect(
     assert (worker.retried, worker.dead) == (0, 0)
     assert list_dead(app) == []
     assert rclient.xlen(app.keys.stream("default", "normal")) == 0
-    assert not rclient.exists(app.keys.job("second"))
+    assert job_ended(rclient, app.keys, "second")
 
 
 async def test_a_busy_claim_in_a_task_waits_spends_no_attempt_and_runs_soon_after(
@@ -518,7 +518,7 @@ async def test_a_busy_claim_in_a_task_waits_spends_no_attempt_and_runs_soon_afte
             for _, due in rclient.zrange(delayed, 0, -1, withscores=True):
                 assert due - (seconds * 1000 + micros / 1000) <= 1_000 + 50
             assert sent == []
-            assert rclient.exists(app.keys.job("charge-A1"))  # still owned: not lost
+            assert not job_ended(rclient, app.keys, "charge-A1")  # still owned: not lost
             # The other worker fails: its claim is released, and our job runs soon.
             released = time.monotonic()
             holder.__exit__(RuntimeError, RuntimeError("holder failed"), None)

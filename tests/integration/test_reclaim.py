@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from conftest import running, unacked_reads, wait_until, wait_until_sync, worker_for
+from conftest import job_ended, running, unacked_reads, wait_until, wait_until_sync, worker_for
 from lockgate import App, current_job
 from lockgate.connections import async_client
 from lockgate.deadletter import list_dead
@@ -53,7 +53,7 @@ async def test_a_job_left_pending_by_a_gone_consumer_is_reclaimed_and_runs(
     assert "orphan reclaimed" in caplog.text
     assert rclient.xpending(stream, GROUP)["pending"] == 0
     assert rclient.xlen(stream) == 0
-    assert not rclient.exists(app.keys.job("orphan"))
+    assert job_ended(rclient, app.keys, "orphan")
     assert consumers(rclient, stream)["ghost"]["pending"] == 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import running, wait_until, wait_until_sync, worker_for
+from conftest import job_ended, running, wait_until, wait_until_sync, worker_for
 from lockgate import (
     App,
     ConfigError,
@@ -78,7 +78,7 @@ async def test_retryable_errors_retry_with_the_same_job_id_then_dead_letter(
     assert letter.reason == "retries exhausted"
     assert (letter.error_type, letter.error) == ("RetryableError", "still down (7)")
     assert delayed_count(rclient, app) == 0
-    assert not rclient.exists(app.keys.job("flaky-7"))  # free for a replay
+    assert job_ended(rclient, app.keys, "flaky-7")  # free for a replay
 
 
 async def test_retry_on_types_are_retried_and_others_are_not(
@@ -158,7 +158,7 @@ async def test_a_job_that_recovers_within_its_retries_is_acked(
     assert attempts == [1, 2, 3]
     assert (worker.retried, worker.dead) == (2, 0)
     assert list_dead(app) == []
-    assert not rclient.exists(app.keys.job("crm-C1"))
+    assert job_ended(rclient, app.keys, "crm-C1")
     assert rclient.xlen(app.keys.stream("default", "normal")) == 0
 
 

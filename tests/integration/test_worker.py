@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import finish, running, wait_until, worker_for
+from conftest import finish, job_ended, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed, Worker, WorkerConfig, current_job
 from lockgate.codec import decode
 from lockgate.deadletter import list_dead
@@ -247,7 +247,7 @@ async def test_a_failing_task_is_logged_and_dead_lettered(
     assert (letter.queue, letter.level) == ("default", "normal")
     assert decode(letter.job).id == "boom-1"
     # Acked and deleted, not pending: both ids are free, nothing is left in flight.
-    assert not rclient.exists(app.keys.job("boom-1"), app.keys.job("fine-1"))
+    assert job_ended(rclient, app.keys, "boom-1") and job_ended(rclient, app.keys, "fine-1")
     if backend == "streams":
         stream = app.keys.stream("default", "normal")
         assert letter.origin == stream
@@ -310,8 +310,8 @@ async def test_stop_lets_running_jobs_finish_within_the_grace_period(
     assert finished == ["1"]
     assert worker.processed == 1
     # The finished job was acked; the one enqueued after the stop still waits.
-    assert not rclient.exists(app.keys.job(first.job_id))
-    assert rclient.exists(app.keys.job(second.job_id))
+    assert job_ended(rclient, app.keys, first.job_id)
+    assert not job_ended(rclient, app.keys, second.job_id)
     if backend == "streams":
         stream = app.keys.stream("default", "normal")
         assert rclient.xpending(stream, GROUP)["pending"] == 0
@@ -341,7 +341,7 @@ async def test_stop_after_the_grace_period_leaves_the_job_pending(
     assert worker.processed == 0
     assert "stuck-1" in caplog.text and "left pending" in caplog.text
     assert rclient.xpending(app.keys.stream("default", "normal"), GROUP)["pending"] == 1
-    assert rclient.exists(app.keys.job("stuck-1"))
+    assert not job_ended(rclient, app.keys, "stuck-1")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -85,7 +85,8 @@ class StreamJob:
         self.marker = keys.job("a")
         rclient.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
         self.entry_id = rclient.xadd(self.stream, {"job": "A"}).decode()
-        rclient.set(self.marker, self.entry_id)  # what enqueue_stream writes
+        self.placed = f"{self.entry_id} q:low".encode()
+        rclient.set(self.marker, self.placed)  # what enqueue_stream writes
         rclient.xreadgroup(GROUP, "c1", {self.stream: ">"}, count=1)
 
     def settle(
@@ -104,11 +105,18 @@ class StreamJob:
         legacy: str | None = None,
         legacy_done: str = "",
         strings: bool = False,
+        final: bytes = b"",
+        final_ttl_ms: int = 0,
+        result: bytes = b"",
+        result_ttl_ms: int = 0,
     ) -> list[int]:
         """settle_stream with the ARGV layout of ``StreamConsumer.settle_call`` (legacy and
         strings: what ``App(legacy_markers=True)`` passes)."""
         keys = self.keys
-        script_keys = [self.stream, self.marker, self.delayed, keys.dead(), keys.wake()]
+        script_keys = [
+            self.stream, self.marker, self.delayed, keys.dead(), keys.wake(), keys.result("a"),
+            keys.status("a"),
+        ]  # fmt: skip
         if claim is not None:
             script_keys.append(claim)
             if legacy is not None:
@@ -116,6 +124,7 @@ class StreamJob:
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
             keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
+            final, final_ttl_ms, result, result_ttl_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -137,7 +146,7 @@ class StreamJob:
         return (
             self.in_stream()
             and self.pending() == [(self.entry_id, owner)]
-            and self.rclient.get(self.marker) == self.entry_id.encode()
+            and self.rclient.get(self.marker) == self.placed
         )
 
 
@@ -226,8 +235,8 @@ def test_settle_stream_retry_schedules_the_next_attempt(
     # Idle workers blocked on the wake stream re-read their next due time.
     ((_, fields),) = rclient.xrange(job.keys.wake())
     assert fields == {b"due": b"5000"}
-    # The id stays taken: the next attempt is on its way.
-    assert rclient.get(job.marker) == job.entry_id.encode()
+    # The id stays taken, and its marker says where the next attempt waits.
+    assert rclient.get(job.marker) == b"delayed %d q:low" % due
     assert rclient.get(claim) == (None if applied else before.encode())
 
 
@@ -381,8 +390,10 @@ class SortedJob:
         self.q: SortedKeys = keys.sorted_keys("q")
         self.marker = keys.job("a")
         q = self.q
-        script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed, self.marker]
-        assert run(scripts, "enqueue_sorted", script_keys, ["a", 0, "PA", 0]) == [1]
+        script_keys = [
+            q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed, self.marker, self.marker
+        ]  # fmt: skip
+        assert run(scripts, "enqueue_sorted", script_keys, ["a", 0, "PA", 0, 0]) == [1]
 
     def take(self, consumer: str, lease_ms: int = LEASE_MS) -> bytes:
         """take_sorted by one worker; the owner token of its take of 'a'."""
@@ -410,18 +421,23 @@ class SortedJob:
         max_len: int = 0,
         letter: dict[str, str] | None = None,
         strings: bool = False,
+        final: bytes = b"",
+        final_ttl_ms: int = 0,
+        result: bytes = b"",
+        result_ttl_ms: int = 0,
     ) -> list[int]:
         """settle_sorted with the ARGV layout of ``SortedConsumer.settle_call``."""
         q = self.q
         script_keys = [
             q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
-            self.keys.dead(), q.wake, self.marker,
+            self.keys.dead(), q.wake, self.marker, self.keys.result("a"), self.keys.status("a"),
         ]  # fmt: skip
         if claim is not None:
             script_keys.append(claim)
         args: list[Any] = [
             "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
             int(strings), next_job, delay_ms, boost_us, max_len, 0,
+            final, final_ttl_ms, result, result_ttl_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -498,7 +514,7 @@ def test_settle_sorted_retry_schedules_the_next_attempt(
     # Its rank, once due: the due stamp, less its level's head start.
     rank = int(state["rank"])
     assert start_us + 5_000_000 - 60_000_000 <= rank <= end_us + 5_000_000 - 60_000_000
-    assert state["marker"] == b"sorted"  # the id stays taken
+    assert state["marker"] == b"sorted q"  # the id stays taken
     assert state["wake"] == wakes + 1
     ((_, fields),) = rclient.xrevrange(sorted_job.q.wake, count=1)
     assert fields == {b"due": b"5000"}

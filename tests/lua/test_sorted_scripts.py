@@ -37,8 +37,8 @@ def enqueue(
     script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed]
     args: list[Any] = []
     for job_id, boost, *delay in jobs:
-        script_keys.append(keys.job(job_id))
-        args += [job_id, boost, f"P{job_id}{tag}", delay[0] if delay else 0]
+        script_keys += [keys.job(job_id), keys.job(job_id)]
+        args += [job_id, boost, f"P{job_id}{tag}", delay[0] if delay else 0, 0]
     return run(scripts, "enqueue_sorted", script_keys, args)
 
 
@@ -163,7 +163,7 @@ def test_enqueue_dedups_and_keeps_the_first_payload(
     assert ranks(rclient, q) == rank
     assert rclient.hget(q.payloads, "a") == b"Pa"
     assert rclient.zcard(q.waiting) == 2
-    assert rclient.get(keys.job("a")) == b"sorted"
+    assert rclient.get(keys.job("a")) == b"sorted q"
 
 
 def test_a_retried_enqueue_answers_as_the_first_did_and_adds_nothing(

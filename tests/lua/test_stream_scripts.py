@@ -94,8 +94,9 @@ def enqueue(
     script_keys: list[str] = []
     args: list[Any] = []
     for job_id, level, payload, *delay in jobs:
-        script_keys += [keys.job(job_id), keys.stream("q", level), keys.delayed("q", level)]
-        args += [payload, delay[0] if delay else 0]
+        marker = keys.job(job_id)
+        script_keys += [marker, keys.stream("q", level), keys.delayed("q", level), marker]
+        args += [payload, delay[0] if delay else 0, 0]
     return run(scripts, "enqueue_stream", [*script_keys, keys.wake()], args)
 
 
@@ -154,8 +155,9 @@ def test_enqueue_stream_adds_and_dedups(
 ) -> None:
     first = enqueue(scripts, keys, ("a", "low", b"A"), ("b", "critical", b"B"))
     assert all(isinstance(entry_id, bytes) for entry_id in first)
-    assert rclient.get(keys.job("a")) == first[0]
-    assert rclient.get(keys.job("b")) == first[1]
+    # The marker says where the job is: its entry id and its queue and level.
+    assert rclient.get(keys.job("a")) == first[0] + b" q:low"
+    assert rclient.get(keys.job("b")) == first[1] + b" q:critical"
     again = enqueue(scripts, keys, ("a", "normal", b"A2"), ("c", "low", b"C"))
     assert again[0] == 0
     assert isinstance(again[1], bytes)
@@ -180,7 +182,7 @@ def test_enqueue_stream_delays_into_the_delayed_set_and_dedups(
     ((payload, due),) = rclient.zrange(keys.delayed("q", "low"), 0, -1, withscores=True)
     assert payload == b"D"
     assert before + 60_000 <= due <= after + 60_000
-    assert rclient.get(keys.job("d")) == b"delayed"
+    assert rclient.get(keys.job("d")) == b"delayed %d q:low" % due
     # A delayed id is taken, whether the duplicate asks for a delay or not.
     assert enqueue(scripts, keys, ("d", "low", b"D2", 0), ("d", "low", b"D3", 5)) == [0, 0]
     assert rclient.zrange(keys.delayed("q", "low"), 0, -1) == [b"D"]
@@ -550,9 +552,10 @@ async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys
 
         def call(job_id: str, payload: bytes) -> ScriptCall:
             script_keys = [
-                keys.job(job_id), keys.stream("q", "low"), keys.delayed("q", "low"), keys.wake()
+                keys.job(job_id), keys.stream("q", "low"), keys.delayed("q", "low"),
+                keys.job(job_id), keys.wake(),
             ]  # fmt: skip
-            return ScriptCall("enqueue_stream", script_keys, [payload, 0])
+            return ScriptCall("enqueue_stream", script_keys, [payload, 0, 0])
 
         one = await scripts.run(call("a", b"A"))
         assert isinstance(one[0], bytes)

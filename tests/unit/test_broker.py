@@ -200,28 +200,29 @@ def outgoing(job_id: str, queue: str, level: str, delay_ms: int = 0) -> Outgoing
     return Outgoing(job, f"data-{job_id}".encode(), delay_ms)
 
 
-def test_stream_plan_sends_marker_stream_and_delayed_set_per_job() -> None:
+def test_stream_plan_sends_marker_stream_delayed_set_and_once_key_per_job() -> None:
     keys = Keys("ns")
     jobs = [outgoing("a", "q", "low"), outgoing("b", "r", "critical", 1500)]
     plan = StreamBroker(keys, Levels()).plan_enqueue(jobs)
     (call,) = plan.calls
     assert call.script == "enqueue_stream"
+    # A job without a once-only key passes its marker in that place, with a TTL of 0.
     assert list(call.keys) == [
-        keys.job("a"), keys.stream("q", "low"), keys.delayed("q", "low"),
+        keys.job("a"), keys.stream("q", "low"), keys.delayed("q", "low"), keys.job("a"),
         keys.job("b"), keys.stream("r", "critical"), keys.delayed("r", "critical"),
-        keys.wake(),
+        keys.job("b"), keys.wake(),
     ]  # fmt: skip
-    assert list(call.args) == [b"data-a", 0, b"data-b", 1500]
+    assert list(call.args) == [b"data-a", 0, 0, b"data-b", 1500, 0]
     assert plan.positions == [[0, 1]]
     many = StreamBroker(keys, Levels()).plan_enqueue(
         [outgoing(f"j{n}", "q", "low") for n in range(501)]
     )
-    assert [len(c.keys) for c in many.calls] == [1501, 4]
-    assert [len(c.args) for c in many.calls] == [1000, 2]
+    assert [len(c.keys) for c in many.calls] == [2001, 5]
+    assert [len(c.args) for c in many.calls] == [1500, 3]
     assert many.positions == [list(range(500)), [500]]
 
 
-def test_sorted_plan_groups_jobs_by_queue_with_four_values_each() -> None:
+def test_sorted_plan_groups_jobs_by_queue_with_five_values_each() -> None:
     keys = Keys("ns")
     producer = SortedBroker(keys, Levels(), aging_seconds=1.0)
     jobs = [
@@ -242,10 +243,14 @@ def test_sorted_plan_groups_jobs_by_queue_with_four_values_each() -> None:
         q.wake,
         q.delayed,
         keys.job("a"),
+        keys.job("a"),
+        keys.job("c"),
         keys.job("c"),
     ]
-    assert list(q_call.args) == ["a", 0, b"data-a", 0, "c", 2_000_000, b"data-c", 250]
-    assert list(r_call.args) == ["b", 1_000_000, b"data-b", 0]
+    assert list(q_call.args) == [
+        "a", 0, b"data-a", 0, 0, "c", 2_000_000, b"data-c", 250, 0,
+    ]  # fmt: skip
+    assert list(r_call.args) == ["b", 1_000_000, b"data-b", 0, 0]
     assert r_call.keys[0] == keys.sorted_waiting("r")
 
 

@@ -18,6 +18,7 @@ NAMESPACE = "shop-eu"
 ARGUMENTS: dict[str, Any] = {
     "queue": "emails", "level": "critical", "key": "pay:{A1}", "name": "views:A1",
     "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
+    "task": "report", "stamp": "2024-01-31T03:00:00Z",
 }  # fmt: skip
 
 

@@ -1,28 +1,39 @@
--- enqueue_sorted.lua: add jobs to one sorted-backend queue unless their id is taken.
--- KEYS: waiting, payloads, ranks, clock, wake (a stream), delayed, then one job marker per job
--- ARGV: per job, four values: job id, boost (us of head start for its level), encoded job,
---       delay in ms (0: now)
--- Touches: markers (SET NX), waiting or delayed (ZADD), payloads and ranks (HSET), clock
---          (SET), wake (XADD MAXLEN 16: every idle worker blocks on it with XREAD, so one
---          enqueue wakes them all, not one per call as a BLPOP list would).
+-- enqueue_sorted.lua: add jobs to one sorted-backend queue unless their id is taken or
+-- their once-only key (a cron tick's) was.
+-- KEYS: waiting, payloads, ranks, clock, wake (a stream), delayed, then per job two keys:
+--       its marker and its once-only key (any key when it has none)
+-- ARGV: per job, five values: job id, boost (us of head start for its level), encoded job,
+--       delay in ms (0: now), the once-only key's TTL ms (0: none)
+-- Touches: markers (SET 'sorted <queue>', see _marker.lua), once-only keys (SET NX PX),
+--          waiting or delayed (ZADD), payloads and ranks (HSET), clock (SET), wake (XADD
+--          MAXLEN 16: every idle worker blocks on it with XREAD, so one enqueue wakes them
+--          all, not one per call as a BLPOP list would).
 -- Stamps come from the server clock and strictly increase per queue, so jobs of one level
 -- keep FIFO order and producers' clocks never matter. rank = stamp - boost, lowest first;
 -- a delayed job's stamp is its due time, and it waits in delayed until then.
--- Returns: per job 1 when added, 0 when its id was already queued, delayed or running.
+-- Returns: per job 1 when added, 0 when its id was already queued, delayed or running, or
+-- its tick was taken.
 -- A call retried after its reply was lost finds its own job there (the same encoded bytes
 -- in payloads) and answers 1 again, as the first time did; within one call an id counts
 -- once.
 --#include _clock
+--#include _marker
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
 if stamp <= last then stamp = last + 1 end
 local out, added, added_here = {}, 0, {}
-for i = 7, #KEYS do
-  local j = (i - 7) * 4
+local placed_as = 'sorted ' .. queue_of(KEYS[1])
+for i = 7, #KEYS, 2 do
+  local j = (i - 7) / 2 * 5
   local job_id, boost, payload = ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
   local delay = tonumber(ARGV[j + 4])
-  if redis.call('SET', KEYS[i], 'sorted', 'NX') then
+  local placed = redis.call('GET', KEYS[i])
+  local free = not placed
+  if free and not take_once(KEYS[i + 1], ARGV[j + 5]) then
+    out[#out + 1] = 0
+  elseif free then
+    redis.call('SET', KEYS[i], placed_as)
     -- format by hand: Lua's default %.14g would round a microsecond stamp
     local rank = string.format('%.0f', stamp + delay * 1000 - boost)
     if delay > 0 then

@@ -1,53 +1,62 @@
 -- enqueue_stream.lua: add jobs to their streams, or to their streams' delayed sets, unless
--- their job id is already queued, delayed or running.
--- KEYS: for job i, KEYS[3i-2] = job marker, KEYS[3i-1] = its stream, KEYS[3i] = its delayed
---       set; last, the namespace's wake stream
--- ARGV: for job i, ARGV[2i-1] = encoded job, ARGV[2i] = delay in ms (0: now)
--- Touches: markers (SET), streams (XADD, field "job"), delayed sets (ZADD, scored by the
---          server's clock + delay) and then one XADD to the wake stream (MAXLEN 16) so idle
---          workers learn the new due time; nothing else is trimmed.
--- Returns: for job i, its stream entry id, 'delayed', or 0 when the id was taken.
+-- their job id is already queued, delayed or running, or their once-only key (a cron
+-- tick's) was taken.
+-- KEYS: for job i, KEYS[4i-3] = job marker, KEYS[4i-2] = its stream, KEYS[4i-1] = its
+--       delayed set, KEYS[4i] = its once-only key (any key when it has none); last, the
+--       namespace's wake stream
+-- ARGV: for job i, ARGV[3i-2] = encoded job, ARGV[3i-1] = delay in ms (0: now),
+--       ARGV[3i] = the once-only key's TTL ms (0: none)
+-- Touches: markers (SET, see _marker.lua), once-only keys (SET NX PX), streams (XADD,
+--          field "job"), delayed sets (ZADD, scored by the server's clock + delay) and then
+--          one XADD to the wake stream (MAXLEN 16) so idle workers learn the new due time;
+--          nothing else is trimmed.
+-- Returns: for job i, its stream entry id, 'delayed', or 0 when the id or tick was taken.
 -- A call retried after its reply was lost (redis-py retries a call whose connection
 -- failed) finds its own job there, the very same encoded bytes: it answers as the first
 -- time did instead of calling the job a duplicate. Within one call an id counts once.
 --#include _clock
+--#include _marker
 local out = {}
 local now
 local wake = KEYS[#KEYS]
 local added_here = {}
 
--- The reply that stored ``job`` under ``marker`` (entry id or 'delayed'), or 0 (also for
--- a marker another backend or version wrote: 'sorted', ...).
-local function stored_reply(marker, stream, delayed, job)
+-- The reply that stored ``job`` under a marker placed so (entry id or 'delayed'), or 0
+-- (also for a marker another backend or version wrote: 'sorted', ...).
+local function stored_reply(marker, placed, stream, delayed, job)
   if added_here[marker] then return 0 end
-  local placed = redis.call('GET', marker)
-  if placed == 'delayed' then
+  local entry = string.match(placed, '^(%d+%-%d+)')
+  if string.match(placed, '^delayed') then
     if redis.call('ZSCORE', delayed, job) then return 'delayed' end
-  elseif placed and string.match(placed, '^%d+%-%d+$') then
-    local entries = redis.call('XRANGE', stream, placed, placed)
+  elseif entry then
+    local entries = redis.call('XRANGE', stream, entry, entry)
     local fields = entries[1] and entries[1][2]
-    if fields and fields[1] == 'job' and fields[2] == job then return placed end
+    if fields and fields[1] == 'job' and fields[2] == job then return entry end
   end
   return 0
 end
 
-for i = 1, #ARGV / 2 do
-  local marker, stream, delayed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local job, delay = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  if redis.call('EXISTS', marker) == 1 then
-    out[i] = stored_reply(marker, stream, delayed, job)
+for i = 1, #ARGV / 3 do
+  local marker, stream, delayed = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
+  local job, delay = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1])
+  local placed = redis.call('GET', marker)
+  if placed then
+    out[i] = stored_reply(marker, placed, stream, delayed, job)
     if out[i] ~= 0 then added_here[marker] = true end
+  elseif not take_once(KEYS[4 * i], ARGV[3 * i]) then
+    out[i] = 0
   elseif delay > 0 then
     if not now then
       now = now_ms()
     end
-    redis.call('ZADD', delayed, string.format('%.0f', now + delay), job)
-    redis.call('SET', marker, 'delayed')
+    local due = string.format('%.0f', now + delay)
+    redis.call('ZADD', delayed, due, job)
+    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place_of(stream))
     added_here[marker] = true
     out[i] = 'delayed'
   else
     local id = redis.call('XADD', stream, '*', 'job', job)
-    redis.call('SET', marker, id)
+    redis.call('SET', marker, id .. ' ' .. place_of(stream))
     added_here[marker] = true
     out[i] = id
   end

@@ -41,6 +41,9 @@ ScriptName = Literal[
     "stats_sorted",
     "settle_stream",
     "settle_sorted",
+    "job_status",
+    "cancel_job",
+    "rate_limit",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -64,6 +67,12 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "settle_sorted": ALLOW_OOM,
     "stats_stream": NO_WRITES,
     "stats_sorted": NO_WRITES,
+    "job_status": NO_WRITES,
+    # Cancelling removes a job and writes a small record: refused under OOM like enqueue.
+    "cancel_job": (),
+    # A start writes a small limiter key, like a claim outside a read: refused under OOM
+    # (the job waits and asks again).
+    "rate_limit": (),
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"

@@ -7,7 +7,8 @@
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
 --          decides; atomic, so any number of workers may do it at once; under maxmemory
 --          the move is skipped, the jobs stay delayed, and the read goes on: draining
---          frees memory); then XREADGROUP on
+--          frees memory), pointing each moved job's marker (KEYS: Keys.job, not passed,
+--          in the namespace's slot) at its new entry; then XREADGROUP on
 --          the streams (creating the group at id 0 when missing, so jobs enqueued before any
 --          worker started are delivered); XINFO when nothing was read.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
@@ -24,6 +25,7 @@
 --#include _clock
 --#include _last_id
 --#include _read_claim
+--#include _marker
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
@@ -41,6 +43,18 @@ local function claim(entry_id, fields)
   return claim_job(claims, entry_id, payload)
 end
 
+-- The marker of a job moved from a delayed set to ``stream`` as ``entry`` points there
+-- (only while it still says delayed: an ended or cancelled job's record stays).
+local function point_marker(stream, job, entry)
+  local ok, decoded = pcall(cjson.decode, job)
+  if not ok or type(decoded) ~= 'table' or type(decoded.id) ~= 'string' then return end
+  local marker = string.match(stream, '^(.*):stream:') .. ':job:' .. decoded.id
+  local placed = redis.call('GET', marker)
+  if placed and string.match(placed, '^delayed') then
+    redis.call('SET', marker, entry .. ' ' .. place_of(stream))
+  end
+end
+
 local now = now_ms()
 local next_due = -1
 for k = 1, n do
@@ -50,6 +64,7 @@ for k = 1, n do
   for _, job in ipairs(due) do
     local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
     if type(added) == 'table' and added.err then break end
+    point_marker(KEYS[k], job, added)
     moved[#moved + 1] = job
   end
   if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end

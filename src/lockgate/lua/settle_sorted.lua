@@ -2,8 +2,9 @@
 -- take of it is still the current one.
 -- KEYS: [1] inflight, [2] payloads, [3] ranks, [4] deliveries, [5] owners, [6] delayed,
 --       [7] the dead-letter stream, [8] the queue's wake stream, [9] the job's marker,
---       [10] the job's claim (optional), [11] the claim's 0.1 name (optional, with
---       [10]; only with App(legacy_markers=True))
+--       [10] the job's result key, [11] its status key, [12] the job's claim (optional),
+--       [13] the claim's 0.1 name (optional, with [12]; only with
+--       App(legacy_markers=True))
 -- ARGV: [1] job id, [2] owner token of this take, [3] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [4] claim token ('' when none), [5] claim action: 'done' | 'release' | 'keep',
 --       [6] done marker TTL ms, [7] the done marker for the 0.1 name ('' when none),
@@ -11,11 +12,15 @@
 --       'd:<token>' under the claim key, App(legacy_markers=True)), [10] retry: next attempt
 --       (encoded job), [11] retry: delay ms, [12] retry: boost (us of head start for its
 --       level), [13] dead letters kept at most (0: no limit), [14] their max age ms (0: no
---       limit), [15..] dead: field/value pairs
+--       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
+--       the result record ('' for none), [18] its TTL ms, [19..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
---          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL marker;
+--          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
+--          marker, the final record SET under the status key (see _marker.lua), the
+--          result record SET;
 --          retry: payload and rank replaced, ZADD delayed at the server's clock + delay,
---          XADD wake; dead: HDEL payloads and ranks, XADD dead (trimmed), DEL marker. A
+--          XADD wake; dead: HDEL payloads and ranks, XADD dead (trimmed), final and result
+--          records as for done. A
 --          worker whose lease lapsed (paused, cut off) finds another token and touches
 --          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
 --          _settle_claim.lua.
@@ -23,6 +28,7 @@
 --#include _clock
 --#include _settle_claim
 --#include _dead_letter
+--#include _marker
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
@@ -42,10 +48,11 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 15) end
-    redis.call('DEL', KEYS[9])
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 19) end
+    mark_end(KEYS[9], KEYS[11], ARGV[15], ARGV[16])
+    if ARGV[17] ~= '' then redis.call('SET', KEYS[10], ARGV[17], 'PX', ARGV[18]) end
   end
 end
-local claimed = settle_claim(KEYS[10], KEYS[11], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+local claimed = settle_claim(KEYS[12], KEYS[13], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
   ARGV[9])
 return {owned, claimed}

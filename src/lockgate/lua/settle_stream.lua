@@ -1,19 +1,23 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
---       dead-letter stream, [5] the namespace's wake stream, [6] the job's claim (optional),
---       [7] the claim's 0.1 name (optional, with [6]; only with App(legacy_markers=True))
+--       dead-letter stream, [5] the namespace's wake stream, [6] the job's result key,
+--       [7] its status key, [8] the job's claim (optional), [9] the claim's 0.1 name
+--       (optional, with [8]; only with App(legacy_markers=True))
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
 --       [7] done marker TTL ms, [8] the done marker for the 0.1 name ('' when none),
 --       [9] the done-marker buckets' prefix, [10] strings ('1': also the string marker
 --       'd:<token>' under the claim key, App(legacy_markers=True)), [11] retry: next
 --       attempt (encoded job), [12] retry: delay ms, [13] dead letters kept at most (0: no
---       limit), [14] dead letters' max age ms (0: no limit), [15..] dead: the dead
---       letter's field/value pairs
+--       limit), [14] dead letters' max age ms (0: no limit), [15] done and dead: the
+--       final record ('' for none), [16] its TTL ms, [17] the result record ('' for
+--       none), [18] its TTL ms, [19..] dead: the dead letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
---          entry; done: DEL marker; retry: ZADD delayed (due at the server's clock + delay)
---          and XADD wake (idle workers re-read their next due time); dead: XADD dead (with
---          MAXLEN ~ and XTRIM MINID ~), DEL marker. An entry another worker took over (this
+--          entry; done: DEL marker, the final record SET under the status key (see
+--          _marker.lua), the result record SET; retry: ZADD delayed (due at the server's clock + delay),
+--          the marker says so, and XADD wake (idle workers re-read their next due time);
+--          dead: XADD dead (with MAXLEN ~ and XTRIM MINID ~), final and result records as
+--          for done. An entry another worker took over (this
 --          one was paused or cut off past the visibility timeout) is not touched: a zombie's
 --          settle cannot free a job that someone else is running.
 --          'abandoned' (a run cut short) touches no entry, only the claim.
@@ -25,6 +29,7 @@
 --#include _clock
 --#include _settle_claim
 --#include _dead_letter
+--#include _marker
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned = 0
@@ -36,13 +41,16 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   if kind == 'retry' then
-    redis.call('ZADD', delayed, string.format('%.0f', now_ms() + tonumber(ARGV[12])), ARGV[11])
+    local due = string.format('%.0f', now_ms() + tonumber(ARGV[12]))
+    redis.call('ZADD', delayed, due, ARGV[11])
+    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place_of(stream))
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
-    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 15) end
-    redis.call('DEL', marker)
+    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 19) end
+    mark_end(marker, KEYS[7], ARGV[15], ARGV[16])
+    if ARGV[17] ~= '' then redis.call('SET', KEYS[6], ARGV[17], 'PX', ARGV[18]) end
   end
 end
-local claimed = settle_claim(KEYS[6], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+local claimed = settle_claim(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
   ARGV[10])
 return {owned, claimed}
