@@ -12,8 +12,11 @@ from lockgate.errors import (
     ConnectionFailed,
     DatabaseError,
     InvalidArguments,
+    JobCancelled,
+    JobFailed,
     LockgateError,
     MissingExtra,
+    ResultUnavailable,
     RetryableError,
     ScriptError,
     SerializationError,
@@ -23,6 +26,7 @@ from lockgate.errors import (
     TaskNotFound,
 )
 from lockgate.retry import Backoff
+from lockgate.status import JobInfo
 from lockgate.worker import Worker
 
 __all__ = [
@@ -37,10 +41,14 @@ __all__ = [
     "DatabaseError",
     "EnqueueResult",
     "InvalidArguments",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
+    "JobInfo",
     "LockgateError",
     "Message",
     "MissingExtra",
+    "ResultUnavailable",
     "RetryableError",
     "ScriptError",
     "SerializationError",

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
 DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
+SHORT_WAIT = 0.1  # seconds: an idle wait shorter than this sleeps instead of blocking
 CANCEL_LOOK = 0.25  # seconds between looks for App.cancel requests of running jobs
 
 
@@ -73,6 +74,7 @@ class Worker:
         self.retried = 0
         self.dead = 0
         self._running: dict[asyncio.Task[None], Delivery] = {}
+        self._landed = 0  # settles applied: a burst worker reads again after one lands
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()  # helpers finish their round and return
@@ -247,6 +249,7 @@ class Worker:
         if time.monotonic() >= self._next_reclaim and await self._reclaim():
             return False
         mine = self._mine() if self.app.store.broker.ranked else ()
+        landed = self._landed
         result = await self._consumer.read(free, policy.plan(free), mine)
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:
@@ -257,6 +260,8 @@ class Worker:
                     # Wait for the last runs and their settles, then look once more: a
                     # read made before a settle lands sees its job still in flight.
                     return True
+                if self._landed != landed:
+                    return False  # a settle landed during the read (a put-back): look again
                 if result.next_due is None:
                     log.info("burst: nothing left to do")
                     self._stopping.set()
@@ -265,7 +270,12 @@ class Worker:
             if result.next_due is not None:
                 timeout = min(timeout, result.next_due + 0.002)
             timeout = min(timeout, max(0.0, self._next_reclaim - time.monotonic()) + 0.005)
-            await self._unless_stopping(self._consumer.wait_for_work(timeout))
+            if timeout < SHORT_WAIT:
+                # Redis times a blocking read out on its own clock tick (hz 10: 100 ms), so
+                # a short wait (a retry or a rate-limited job due soon) sleeps here instead.
+                await self._unless_stopping(asyncio.sleep(timeout))
+            else:
+                await self._unless_stopping(self._consumer.wait_for_work(timeout))
         return False
 
     async def _reclaim(self) -> bool:
@@ -341,6 +351,7 @@ class Worker:
 
     def _applied(self, ending: Ending, owned: bool) -> None:
         self._wake.set()  # a slot may be free, and a burst worker may be done
+        self._landed += 1
         if not owned:
             return
         kind = ending.outcome.kind

@@ -158,7 +158,8 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert (await record.enqueue_async(job_id="async")).created
         messages = [record.message(job_id=f"many-{n}") for n in range(5)]
         assert all(r.created for r in await app.enqueue_many_async(messages))
-        assert record.enqueue(job_id="delayed", delay=0.05).created
+        # Due later than a short wait (worker.SHORT_WAIT): the idle worker blocks on XREAD.
+        assert record.enqueue(job_id="delayed", delay=0.4).created
         assert record_sync.enqueue(job_id="in-a-thread").created
         assert record_once.enqueue(job_id="idempotent").created
         assert flaky.enqueue(job_id="flaky").created

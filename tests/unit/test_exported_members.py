@@ -18,10 +18,14 @@ EXPECTED = [
     "DatabaseError",
     "EnqueueResult",
     "InvalidArguments",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
+    "JobInfo",
     "LockgateError",
     "Message",
     "MissingExtra",
+    "ResultUnavailable",
     "RetryableError",
     "ScriptError",
     "SerializationError",
@@ -62,7 +66,8 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 17
+    assert len(errors) == 20
+    assert issubclass(lockgate.JobCancelled, lockgate.JobFailed)
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
