@@ -7,6 +7,7 @@ slack for a noisy machine); nothing is asserted to be fast except by the hang gu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -181,3 +182,40 @@ async def test_an_unreachable_limiter_puts_the_job_back_soon(
     assert (outcome.kind, outcome.delay, outcome.next_job) == ("retry", CLAIM_RETRY, job)
     assert outcome.reason.startswith("rate limit check failed")
     assert ran == []
+
+
+@BACKENDS
+async def test_a_burst_worker_runs_every_throttled_job_before_it_stops(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    # Each throttled job is a put-back. A burst worker whose read ran just before one
+    # landed saw nothing queued or delayed, then found no settle in flight, and stopped
+    # with the job still waiting. The read below is made to lose that race every time.
+    app = make_app(backend=backend)
+    ran: list[int] = []
+
+    @app.task(rate_limit="10/s")
+    def ping(n: int) -> None:
+        ran.append(n)
+
+    worker = worker_for(app, concurrency=1)
+    make_consumer = app.store.consumer
+
+    def consumer(*args: Any, **kwargs: Any) -> Any:
+        made = make_consumer(*args, **kwargs)
+        read = made.read
+
+        async def read_then_let_settles_land(*a: Any, **k: Any) -> Any:
+            result = await read(*a, **k)
+            settler = worker._settler
+            if not result.deliveries and settler is not None and len(settler):
+                await wait_until(lambda: len(settler) == 0, HANG, "the put-back landed")
+            return result
+
+        made.read = read_then_let_settles_land
+        return made
+
+    app.store.consumer = consumer  # type: ignore[method-assign]
+    await app.enqueue_many_async([ping.message(n) for n in range(3)])
+    await asyncio.wait_for(worker.run(burst=True), HANG)
+    assert sorted(ran) == [0, 1, 2]
