@@ -14,11 +14,15 @@ EXPECTED = {
     "otp": "codes sent to: ['u1', 'u2']",
     "view_counter": "article A1: 4 views",
     "complete_order": "side effects: ['db', 'email', 'inventory']",
+    # A refused payment rolled back with its enqueue_on_commit: no row, no job, no charge.
+    "fastapi_app": "payment charged 1 time(s); refused payments stored: 0",
+    "django_app": "order A1: 1 charge(s); refused order B2: 0 row(s)",  # a package
 }
 
 
 def test_every_example_is_checked_here_or_by_its_page() -> None:
     found = {p.stem for p in (ROOT / "examples").glob("*.py") if p.stem != "__init__"}
+    found |= {p.parent.name for p in (ROOT / "examples").glob("*/__main__.py")}
     assert found == {*EXPECTED, "quickstart"}  # quickstart: tests/docs/test_quickstart.py
 
 
