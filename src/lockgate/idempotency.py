@@ -290,10 +290,10 @@ class Claim:
 
     def __enter__(self) -> Claim:
         self._guard()
+        if self.conn is not None:  # a missing extra raises before anything is claimed
+            from lockgate.postgres import claim as pg_claim
         self.taken(self.app.store.run([self.claim_call()])[0])
         if self.conn is not None:
-            from lockgate.postgres import claim as pg_claim
-
             try:
                 first = pg_claim(self.conn, self.key)
             except BaseException:
@@ -342,10 +342,10 @@ class Claim:
 
     async def __aenter__(self) -> Claim:
         self._guard()
+        if self.conn is not None:  # a missing extra raises before anything is claimed
+            from lockgate.postgres import claim_async as pg_claim_async
         self.taken(await self.app.store.run_soon(self.claim_call()))
         if self.conn is not None:
-            from lockgate.postgres import claim_async as pg_claim_async
-
             try:
                 first = await pg_claim_async(self.conn, self.key)
             except BaseException:

@@ -42,17 +42,21 @@ def test_importing_the_postgres_module_without_psycopg_names_the_extra() -> None
 
 def test_a_claim_in_postgres_without_psycopg_is_the_same_one_line_error() -> None:
     code = (
+        "import uuid\n"
         "from lockgate import App, MissingExtra\n"
-        "app = App(namespace='extras-test')\n"
+        "app = App(namespace=uuid.uuid4().hex)\n"
         "try:\n"
         "    with app.idempotent('k', conn=object()):\n"
         "        pass\n"
         "except MissingExtra as e:\n"
         "    print(e)\n"
+        "print('claims left:', app.client().exists(app.keys.claim('k')))\n"
     )
     done = run_without("psycopg", code)
     assert done.returncode == 0, done.stderr
     assert "pip install 'lockgate[postgres]'" in done.stdout
+    # Refused before anything was claimed: no claim left to block the key for its lease.
+    assert "claims left: 0" in done.stdout
 
 
 def test_pg_init_without_psycopg_is_one_line_and_exit_2() -> None:
