@@ -170,6 +170,22 @@ class Keys:
         """Sorted backend: hash of job id -> owner token of the take that may settle it."""
         return f"{self.prefix}:sorted:{queue}:owners"
 
+    def place_keys(self, placed: str) -> list[str]:
+        """The keys of the place a job's marker value names (see ``lua/_marker.lua``), in
+        the order ``job_status`` and ``cancel_job`` take them: a stream and its delayed
+        set; a sorted queue's payloads, inflight, delayed, deliveries, waiting, ranks and
+        owners; none for a marker that names no place (lockgate 0.2's, or none)."""
+        words = placed.split(" ")
+        if len(words) == 2 and words[0] == "sorted":
+            q = self.sorted_keys(words[1])
+            return [
+                q.payloads, q.inflight, q.delayed, q.deliveries, q.waiting, q.ranks, q.owners
+            ]  # fmt: skip
+        if len(words) >= 2 and ":" in words[-1]:
+            queue, _, level = words[-1].rpartition(":")
+            return [self.stream(queue, level), self.delayed(queue, level)]
+        return []
+
     def sorted_keys(self, queue: str) -> SortedKeys:
         """All keys of one sorted-backend queue."""
         return SortedKeys(

@@ -29,7 +29,7 @@ from lockgate.connections import (
 from lockgate.errors import ConfigError
 from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
-from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
+from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.ratelimit import Rate
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
@@ -39,6 +39,7 @@ PURGE_CHUNK = 1000
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).
 CANCEL_FLAG_MS = 3_600_000
+MOVED = "moved"  # a job's marker changed between the read and the script: read again
 
 
 class Store:
@@ -240,31 +241,67 @@ class Store:
 
     # status, results, cancellation
 
-    def _status_call(self, job_id: str) -> ScriptCall:
-        keys = [self.keys.job(job_id), self.keys.result(job_id), self.keys.status(job_id)]
-        return ScriptCall("job_status", keys, [GROUP])
+    # Each reads the job's marker, then calls its script with the keys of the place the
+    # marker names (every key a script touches arrives in KEYS); the script checks the
+    # marker did not change meanwhile, else the two steps run again.
 
-    def _cancel_call(self, job_id: str, record: bytes, record_ttl_ms: int) -> ScriptCall:
+    def _status_call(self, job_id: str, placed: str) -> ScriptCall:
+        keys = [self.keys.job(job_id), self.keys.result(job_id), self.keys.status(job_id)]
+        return ScriptCall(
+            "job_status", [*keys, *self.keys.place_keys(placed)], [GROUP, placed, job_id]
+        )
+
+    def _cancel_call(
+        self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
+    ) -> ScriptCall:
         keys = [self.keys.job(job_id), self.keys.cancel_flag(job_id), self.keys.status(job_id)]
-        return ScriptCall("cancel_job", keys, [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS])
+        args: list[Arg] = [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id]
+        return ScriptCall("cancel_job", [*keys, *self.keys.place_keys(placed)], args)
+
+    def _marker(self, job_id: str) -> str:
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            placed = client.get(self.keys.job(job_id))
+        return text(placed) if placed is not None else ""
+
+    async def _marker_async(self, job_id: str) -> str:
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            placed = await client.get(self.keys.job(job_id))
+        return text(placed) if placed is not None else ""
 
     def job_status(self, job_id: str) -> list[Any]:
         """Where job ``job_id`` is, and its final and result records (see
-        ``lua/job_status.lua``), in one read."""
-        return list(self.run([self._status_call(job_id)])[0])
+        ``lua/job_status.lua``)."""
+        while True:
+            (reply,) = self.run([self._status_call(job_id, self._marker(job_id))])
+            if text(reply[0]) != MOVED:
+                return list(reply)
 
     async def job_status_async(self, job_id: str) -> list[Any]:
         """Async :meth:`job_status`."""
-        return list((await self.run_async([self._status_call(job_id)]))[0])
+        while True:
+            placed = await self._marker_async(job_id)
+            (reply,) = await self.run_async([self._status_call(job_id, placed)])
+            if text(reply[0]) != MOVED:
+                return list(reply)
 
     def cancel(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
-        """Cancel job ``job_id``: ``cancelled`` (removed, its marker now ``record``),
-        ``running`` (its worker is told) or ``gone`` (see ``lua/cancel_job.lua``)."""
-        return text(self.run([self._cancel_call(job_id, record, record_ttl_ms)])[0])
+        """Cancel job ``job_id``: ``cancelled`` (removed; ``record`` kept as its final
+        record), ``running`` (its worker is told) or ``gone`` (see
+        ``lua/cancel_job.lua``)."""
+        while True:
+            call = self._cancel_call(job_id, self._marker(job_id), record, record_ttl_ms)
+            if (answer := text(self.run([call])[0])) != MOVED:
+                return answer
 
     async def cancel_async(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
         """Async :meth:`cancel`."""
-        return text((await self.run_async([self._cancel_call(job_id, record, record_ttl_ms)]))[0])
+        while True:
+            placed = await self._marker_async(job_id)
+            call = self._cancel_call(job_id, placed, record, record_ttl_ms)
+            if (answer := text((await self.run_async([call]))[0])) != MOVED:
+                return answer
 
     async def cancel_requests(self, client: AsyncClient, job_ids: Sequence[str]) -> list[str]:
         """The cancel flags of running jobs (one MGET on the worker's client): per job,

@@ -18,7 +18,7 @@ NAMESPACE = "shop-eu"
 ARGUMENTS: dict[str, Any] = {
     "queue": "emails", "level": "critical", "key": "pay:{A1}", "name": "views:A1",
     "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
-    "task": "report", "stamp": "2024-01-31T03:00:00Z",
+    "task": "report", "stamp": "2024-01-31T03:00:00Z", "placed": "1-0 emails:critical",
 }  # fmt: skip
 
 
@@ -41,7 +41,7 @@ def key_names(keys: Keys) -> dict[str, list[str]]:
         elif hasattr(value, "__dataclass_fields__"):  # SortedKeys: one queue's keys
             found = list(vars(value).values())
         else:
-            found = list(value) if isinstance(value, tuple) else []
+            found = list(value) if isinstance(value, tuple | list) else []
         found = [v for v in found if isinstance(v, str) and v.startswith("lockgate:")]
         if found:
             names[name] = found
@@ -80,3 +80,20 @@ def test_every_enqueue_call_touches_one_slot(backend: str) -> None:
     assert len(plan.calls) >= 2
     for call in plan.calls:
         assert {slot(key) for key in call.keys} == {slot(app.keys.prefix)}, call.script
+
+
+def test_place_keys_name_the_keys_a_marker_points_at() -> None:
+    keys = Keys(NAMESPACE)
+    assert keys.place_keys("1700000000000-3 emails:critical") == [
+        keys.stream("emails", "critical"), keys.delayed("emails", "critical")
+    ]  # fmt: skip
+    assert keys.place_keys("delayed 1700000000000 emails:low") == [
+        keys.stream("emails", "low"), keys.delayed("emails", "low")
+    ]  # fmt: skip
+    q = keys.sorted_keys("emails")
+    assert keys.place_keys("sorted emails") == [
+        q.payloads, q.inflight, q.delayed, q.deliveries, q.waiting, q.ranks, q.owners
+    ]  # fmt: skip
+    # lockgate 0.2's markers, and none, name no place.
+    assert keys.place_keys("1700000000000-3") == keys.place_keys("delayed") == []
+    assert keys.place_keys("") == []

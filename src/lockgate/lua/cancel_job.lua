@@ -1,64 +1,61 @@
 -- cancel_job.lua: cancel a job: one waiting or delayed is removed and ends cancelled; one
 -- running is flagged, for its worker to cancel.
--- KEYS: [1] the job's marker, [2] its cancel flag, [3] its status key
+-- KEYS: [1] the job's marker, [2] its cancel flag, [3] its status key, then the keys of
+--       the place the marker named when the caller read it (Keys.place_keys): streams:
+--       [4] the stream, [5] its delayed set; sorted: [4] payloads, [5] inflight, [6]
+--       delayed, [7] deliveries, [8] waiting, [9] ranks, [10] owners
 -- ARGV: [1] the streams' consumer group, [2] the final record of a cancelled job, [3] its
---       TTL ms (0: no record, the marker goes), [4] the cancel flag's TTL ms
--- Touches (KEYS not passed, all in the namespace's slot: the stream, delayed set or sorted
--- sets the marker names, see _marker.lua): XDEL of a waiting entry, ZREM from a delayed
--- set, or ZREM/HDEL from a sorted queue's sets, DEL of the marker (the id is free again)
--- and the final record SET under the status key; a running job's flag is SET with a TTL to the take it is for
--- (its worker looks).
--- Returns: 'cancelled' (removed: it will not run), 'running' (flagged), or 'gone' (no
--- such job waits or runs: unknown, ended, or a lockgate 0.2 marker).
+--       TTL ms (0: none kept), [4] the cancel flag's TTL ms, [5] the marker's value the
+--       caller read ('' none), [6] the job id
+-- Touches: XDEL of a waiting entry, ZREM from a delayed set, or ZREM/HDEL from a sorted
+--          queue's sets, DEL of the marker (the id is free again) and the final record SET
+--          under the status key; a running job's flag is SET with a TTL to the take it is
+--          for (its worker looks), so a late look never cancels a later run of the id.
+-- Returns: 'cancelled' (removed: it will not run), 'running' (flagged), 'moved' (the
+-- marker changed since the caller read it: read again) or 'gone' (no such job waits or
+-- runs: unknown, ended, or a lockgate 0.2 marker).
 --#include _marker
-local marker, flag, group = KEYS[1], KEYS[2], ARGV[1]
-local placed = redis.call('GET', marker)
-if not placed then return 'gone' end
-local prefix, job_id = string.match(marker, '^(.-):job:(.*)$')
+local group, placed, job_id = ARGV[1], ARGV[5], ARGV[6]
+if (redis.call('GET', KEYS[1]) or '') ~= placed then return 'moved' end
+if placed == '' then return 'gone' end
 
--- The flag names the take it is for (entry id, or take token), so a late look by a
--- worker never cancels a later run of the same id.
 local function running(take)
-  redis.call('SET', flag, take, 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], take, 'PX', ARGV[4])
   return 'running'
 end
 local function removed()
-  mark_end(marker, KEYS[3], ARGV[2], ARGV[3])
+  mark_end(KEYS[1], KEYS[3], ARGV[2], ARGV[3])
   return 'cancelled'
 end
 
-local entry, place = string.match(placed, '^(%d+%-%d+) (.+)$')
+local entry = string.match(placed, '^(%d+%-%d+) ')
 if entry then
-  local stream = prefix .. ':stream:' .. place
-  local row = redis.pcall('XPENDING', stream, group, entry, entry, 1)
+  local row = redis.pcall('XPENDING', KEYS[4], group, entry, entry, 1)
   if type(row) == 'table' and not row.err and #row == 1 then return running(entry) end
-  if redis.call('XDEL', stream, entry) == 1 then return removed() end
+  if redis.call('XDEL', KEYS[4], entry) == 1 then return removed() end
   return 'gone'
 end
-local due, delayed_place = string.match(placed, '^delayed (%d+) (.+)$')
+local due = string.match(placed, '^delayed (%d+) ')
 if due then
-  local delayed = prefix .. ':delayed:' .. delayed_place
-  for _, payload in ipairs(redis.call('ZRANGEBYSCORE', delayed, due, due)) do
+  for _, payload in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], due, due)) do
     local ok, decoded = pcall(cjson.decode, payload)
     if ok and type(decoded) == 'table' and decoded.id == job_id then
-      redis.call('ZREM', delayed, payload)
+      redis.call('ZREM', KEYS[5], payload)
       return removed()
     end
   end
   return 'gone'
 end
-local queue = string.match(placed, '^sorted (.+)$')
-if queue then
-  local base = prefix .. ':sorted:' .. queue .. ':'
-  if redis.call('ZSCORE', base .. 'inflight', job_id) then
-    return running(redis.call('HGET', base .. 'owners', job_id) or '')
+if string.match(placed, '^sorted ') then
+  if redis.call('ZSCORE', KEYS[5], job_id) then
+    return running(redis.call('HGET', KEYS[10], job_id) or '')
   end
-  local taken = redis.call('ZREM', base .. 'waiting', job_id)
-    + redis.call('ZREM', base .. 'delayed', job_id)
-  if taken == 0 then return 'gone' end
-  redis.call('HDEL', base .. 'payloads', job_id)
-  redis.call('HDEL', base .. 'ranks', job_id)
-  redis.call('HDEL', base .. 'deliveries', job_id)
+  if redis.call('ZREM', KEYS[8], job_id) + redis.call('ZREM', KEYS[6], job_id) == 0 then
+    return 'gone'
+  end
+  redis.call('HDEL', KEYS[4], job_id)
+  redis.call('HDEL', KEYS[9], job_id)
+  redis.call('HDEL', KEYS[7], job_id)
   return removed()
 end
 return 'gone'

@@ -7,8 +7,8 @@
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
 --          decides; atomic, so any number of workers may do it at once; under maxmemory
 --          the move is skipped, the jobs stay delayed, and the read goes on: draining
---          frees memory), pointing each moved job's marker (KEYS: Keys.job, not passed,
---          in the namespace's slot) at its new entry; then XREADGROUP on
+--          frees memory), pointing each moved job's marker at its new entry; then
+--          XREADGROUP on
 --          the streams (creating the group at id 0 when missing, so jobs enqueued before any
 --          worker started are delivered); XINFO when nothing was read.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
@@ -44,7 +44,9 @@ local function claim(entry_id, fields)
 end
 
 -- The marker of a job moved from a delayed set to ``stream`` as ``entry`` points there
--- (only while it still says delayed: an ended or cancelled job's record stays).
+-- (only while it still says delayed). The one key no caller passes: which jobs fall due is
+-- known only here. Its name (Keys.job) is built from the stream key's own prefix, so it
+-- carries the namespace's hash tag and lies in the slot this call was routed to.
 local function point_marker(stream, job, entry)
   local ok, decoded = pcall(cjson.decode, job)
   if not ok or type(decoded) ~= 'table' or type(decoded.id) ~= 'string' then return end
