@@ -24,6 +24,7 @@ import msgspec
 
 from lockgate.codec import Job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
+from lockgate.events import ALREADY_PROCESSED
 from lockgate.retry import RetryPolicy
 
 Kind = Literal["done", "retry", "dead", "abandoned"]
@@ -158,7 +159,8 @@ def decide(
             error,
         )
     if isinstance(error, AlreadyProcessed):
-        return Outcome("done", claim="release")  # a duplicate of work done: ack it
+        # A duplicate of work done: ack it.
+        return Outcome("done", reason=ALREADY_PROCESSED, claim="release")
     if isinstance(error, ClaimBusy):
         outcome = wait(job, error.delay or 0.0, str(error), markers_expire)
         return _unless_markers_expire(outcome, now, markers_expire, error)

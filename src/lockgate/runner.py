@@ -41,6 +41,7 @@ from lockgate.errors import (
     InvalidArguments,
     SerializationError,
 )
+from lockgate.events import ALREADY_PROCESSED
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
 from lockgate.outcome import (
@@ -296,7 +297,7 @@ class JobRunner:
         except AlreadyProcessed:
             log.info("job %s (%s) already processed: acknowledged without running",
                      job.id, job.task)  # fmt: skip
-            return None, Outcome("done", claim="keep")
+            return None, Outcome("done", reason=ALREADY_PROCESSED, claim="keep")
         except ClaimBusy as e:
             # Another worker runs it right now: look again soon, spending no attempt.
             return None, wait(job, e.delay or 0.0, str(e))

@@ -41,6 +41,7 @@ from lockgate.app import App
 from lockgate.broker import Consumer, Delivery
 from lockgate.config import WorkerConfig
 from lockgate.errors import AccessDenied, LockgateError
+from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.outcome import dead
@@ -63,6 +64,10 @@ class Worker:
     Args:
         app: the app whose tasks run here.
         config: concurrency, policy, queues, timeouts; defaults suit production.
+
+    Attributes:
+        watchers: told of each job started and settled (metrics, activity counts, job
+            logs); add to it before :meth:`run` (see :mod:`lockgate.events`).
     """
 
     def __init__(self, app: App, config: WorkerConfig | None = None) -> None:
@@ -70,6 +75,7 @@ class Worker:
         self.config = config or WorkerConfig()
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.queues = self.config.queues or app.queues
+        self.watchers = Watchers()
         self.processed = 0
         self.retried = 0
         self.dead = 0
@@ -303,6 +309,8 @@ class Worker:
         return [d.ref for d in (*self._running.values(), *self._settler.unsettled)]
 
     def _start(self, delivery: Delivery) -> None:
+        if self.watchers:
+            self.watchers.started(delivery, time.time())
         task = asyncio.create_task(self._execute(delivery))
         self._running[task] = delivery
         task.add_done_callback(self._finished)
@@ -352,6 +360,8 @@ class Worker:
     def _applied(self, ending: Ending, owned: bool) -> None:
         self._wake.set()  # a slot may be free, and a burst worker may be done
         self._landed += 1
+        if self.watchers:
+            self.watchers.settled(ending, owned)
         if not owned:
             return
         kind = ending.outcome.kind
