@@ -382,7 +382,7 @@ class App:
             wrote are honoured either way.
         status_ttl: seconds (or a timedelta) an ended job's status (done, dead, cancelled,
             with its times and attempts) stays readable by ``App.job``, then reads
-            ``unknown``: about 200 B of Redis memory per job ended in that window. None
+            ``unknown``: about 300 B of Redis memory per job ended in that window. None
             or 0: not kept.
 
     Raises:

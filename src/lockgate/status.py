@@ -26,8 +26,18 @@ Status = Literal["waiting", "delayed", "running", "done", "dead", "cancelled", "
 FINAL: tuple[Status, ...] = ("done", "dead", "cancelled")
 
 
-class FinalRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What is kept of a job once it ended (the marker's value, for ``status_ttl``)."""
+class FinalRecord(
+    msgspec.Struct,
+    kw_only=True,
+    omit_defaults=True,
+    # One letter per field on the wire, and times in ms: one is kept per job ended in the
+    # last status_ttl, so its size is the feature's memory.
+    rename={
+        "status": "s", "task": "t", "attempts": "a", "enqueued_at": "e", "started_at": "b",
+        "finished_at": "f", "reason": "r",
+    },
+):  # fmt: skip
+    """What is kept of a job once it ended (under ``Keys.status``, for ``status_ttl``)."""
 
     status: str
     task: str = ""
@@ -102,8 +112,9 @@ def final_record(
 ) -> bytes:
     """The final record of a job whose run ended with ``outcome``."""
     record = FinalRecord(
-        status=final_status(outcome), task=task, attempts=attempts, enqueued_at=enqueued,
-        started_at=started, finished_at=finished, reason=outcome.reason,
+        status=final_status(outcome), task=task, attempts=attempts,
+        enqueued_at=round(enqueued, 3), started_at=round(started, 3),
+        finished_at=round(finished, 3), reason=outcome.reason,
     )  # fmt: skip
     return msgspec.json.encode(record)
 
