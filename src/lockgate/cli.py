@@ -14,6 +14,7 @@ import shutil
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -29,7 +30,8 @@ from lockgate.errors import (
     InvalidArguments,
     LockgateError,
 )
-from lockgate.inspect import Stats, queue_stats
+from lockgate.inspect import LevelStats, StatsReport, stats_report
+from lockgate.joblog import JobLog, use_json
 from lockgate.tables import Column, fit, render
 from lockgate.worker import Worker
 
@@ -173,6 +175,16 @@ url_option = click.option(
               help="Exit 0 once nothing is queued, delayed or running.")  # fmt: skip
 @click.option("--no-scheduler", is_flag=True,
               help="Do not enqueue the ticks of @app.cron tasks (other workers do).")  # fmt: skip
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+              metavar="PORT", help="Serve Prometheus /metrics, /healthz and /readyz on "
+              "this port (one endpoint for all --processes; needs lockgate[metrics]).")  # fmt: skip
+@click.option("--metrics-dir", default=None, hidden=True,
+              help="Internal: where a supervisor's worker process writes its metrics.")  # fmt: skip
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one JSON object per log line.")  # fmt: skip
+@click.option("--log-jobs", is_flag=True,
+              help="Log a line per finished job (logger lockgate.jobs, at INFO whatever "
+              "--log-level says).")  # fmt: skip
 @log_level_option
 def worker(
     app_spec: str,
@@ -188,13 +200,19 @@ def worker(
     processes: int,
     burst: bool,
     no_scheduler: bool,
+    metrics_port: int | None,
+    metrics_dir: str | None,
+    log_format: str,
+    log_jobs: bool,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
     if burst and processes > 1:
         # A supervisor restarts a child that exits; one that is done would be restarted.
         raise click.UsageError("--burst runs one worker process: leave out --processes")
+    if log_format == "json":
+        use_json()
     if processes > 1:
-        _supervise(app_spec, processes, embedded=embedded, url=url)
+        _supervise(app_spec, processes, embedded=embedded, url=url, metrics_port=metrics_port)
         return
     app = _loaded(app_spec, url)
     with reported_errors(), contextlib.ExitStack() as stack:
@@ -216,12 +234,20 @@ def worker(
         )
         _warn_unknown_queues(app, config.queues)
         running = Worker(app, config)
+        if log_jobs:
+            running.watchers.add(JobLog(app).enable())
+        metrics = None
+        if metrics_port is not None or metrics_dir is not None:
+            from lockgate.metrics import WorkerMetrics  # without the extra: one line naming it
+
+            metrics = WorkerMetrics(running, port=metrics_port, directory=metrics_dir)
         # What start-up made (modules, the app and its tasks) lives as long as the process:
         # frozen out of the collector's sight, a full collection no longer walks it. It did
         # pause the event loop 11-16 ms at a time, and a critical job waited behind that.
         gc.collect()
         gc.freeze()
-        run_async(running.run(install_signal_handlers=True, burst=burst))
+        work = running.run(install_signal_handlers=True, burst=burst)
+        run_async(metrics.serving(work) if metrics is not None else work)
         if running.busy_threads:
             # Sync runs or child processes still going (a forced stop, a run past its
             # timeout) would hold the process open: the interpreter joins its pool's
@@ -248,15 +274,26 @@ def _warn_unknown_queues(app: App, queues: tuple[str, ...]) -> None:
         )  # fmt: skip
 
 
-def _supervise(app_spec: str, processes: int, *, embedded: bool, url: str | None) -> None:
+def _supervise(
+    app_spec: str, processes: int, *, embedded: bool, url: str | None, metrics_port: int | None
+) -> None:
     """Run ``processes`` single workers with this command's options under a supervisor.
 
-    With ``--embedded`` the supervisor runs the one server and gives the children its URL.
+    With ``--embedded`` the supervisor runs the one server and gives the children its URL;
+    with ``--metrics-port`` it serves the one metrics endpoint of all of them (see
+    :class:`lockgate.metrics.SupervisorMetrics`).
     """
     from lockgate.supervisor import Supervisor
 
     ctx = click.get_current_context()
     with reported_errors(), contextlib.ExitStack() as stack:
+        on_exit: Callable[[int], None] | None = None
+        to_metrics: list[str] = []  # where the workers write what the endpoint serves
+        if metrics_port is not None:
+            from lockgate.metrics import SupervisorMetrics  # without the extra: one line
+
+            endpoint = stack.enter_context(SupervisorMetrics(metrics_port))
+            on_exit, to_metrics = endpoint.process_exited, ["--metrics-dir", endpoint.directory]
         if embedded:
             from lockgate.embedded import EmbeddedServer
 
@@ -266,10 +303,12 @@ def _supervise(app_spec: str, processes: int, *, embedded: bool, url: str | None
         command = [
             sys.executable, "-m", "lockgate", "worker", app_spec,
             "--log-level", effective_log_level(),
-            *_given_options(ctx, skip={"embedded", "url", "processes"}),
-            *(["--url", url] if url else []), "--processes", "1",
+            *_given_options(
+                ctx, skip={"embedded", "url", "processes", "metrics_port", "metrics_dir"}
+            ),
+            *(["--url", url] if url else []), "--processes", "1", *to_metrics,
         ]  # fmt: skip
-        Supervisor(command, processes).run()
+        Supervisor(command, processes, on_exit=on_exit).run()
 
 
 def _given_options(ctx: click.Context, skip: set[str]) -> list[str]:
@@ -339,8 +378,10 @@ def _json_arg(value: str, kind: type, option: str) -> Any:
 STATS_COLUMNS = (
     Column("queue", shrink="truncate", min_width=5),
     Column("level", shrink="truncate", min_width=5),
-    *(Column(header, align="right")
-      for header in ("waiting", "pending", "delayed", "consumers", "oldest wait ms")),
+    *(Column(header, align="right") for header in
+      ("waiting", "pending", "delayed", "workers", "done", "retried", "dead")),
+    # The first to give up width, over two or three header lines, before a name is cut.
+    Column("oldest wait ms", align="right", shrink="wrap", min_width=6, priority=-1),
 )  # fmt: skip
 
 
@@ -350,12 +391,13 @@ STATS_COLUMNS = (
 @url_option
 @log_level_option
 def stats(app_spec: str, as_json: bool, url: str | None) -> None:
-    """Per queue and level: waiting, pending, consumers, oldest wait."""
+    """Per queue and level: waiting, pending, delayed, live workers, done, retried and
+    dead-lettered in the last 15 minutes, oldest wait."""
     app = _loaded(app_spec, url)
 
-    async def collect() -> Stats:
+    async def collect() -> StatsReport:
         try:
-            return await queue_stats(app)
+            return await stats_report(app)
         finally:
             await app.aclose()
 
@@ -365,18 +407,24 @@ def stats(app_spec: str, as_json: bool, url: str | None) -> None:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     width = terminal_width()
-    rows = [
-        (row.queue, row.level, str(row.waiting), str(row.pending), str(row.delayed),
-         _dash(row.consumers), _dash(row.oldest_wait_ms))
-        for row in result.levels
-    ]  # fmt: skip
+    rows = [_stats_row(result, row) for row in result.stats.levels]
     title = f"lockgate {app.namespace} @ {masked(app.redis_url)}"
-    caption = f"dead letters: {result.dead_letters}"
-    click.echo("\n".join([fit(title, width), *render(STATS_COLUMNS, rows, width), caption]))
+    note = (f"workers: live workers serving the queue; done, retried, dead: the last "
+            f"{result.activity.minutes} min")  # fmt: skip
+    caption = f"dead letters: {result.stats.dead_letters}"
+    table = render(STATS_COLUMNS, rows, width)
+    click.echo("\n".join([fit(title, width), *table, fit(note, width), caption]))
 
 
 def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _stats_row(report: StatsReport, row: LevelStats) -> tuple[str, ...]:
+    recent = report.recent(row)
+    counts = (row.waiting, row.pending, row.delayed, report.serving(row.queue), recent.done,
+              recent.retried, recent.dead)  # fmt: skip
+    return (row.queue, row.level, *map(str, counts), _dash(row.oldest_wait_ms))
 
 
 @main.group()
@@ -597,12 +645,22 @@ def pg_init(dsn: str, table: str) -> None:
 @main.command()
 @click.option("--url", default=None,
               help=f"Redis URL (default: ${REDIS_URL_ENV}, else an embedded server).")  # fmt: skip
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also draw each policy's waits and shares into this PNG "
+                   "(needs lockgate[plot]).")  # fmt: skip
 @log_level_option
 @click.pass_context
-def demo(ctx: click.Context, url: str | None) -> None:
+def demo(ctx: click.Context, url: str | None, plot: Path | None) -> None:
     """The lesson's scenario: a low-priority flood with e-mails and payments arriving."""
     with reported_errors():
         from lockgate.demo import run_demo
 
         # lockgate's own INFO lines would bury the progress, unless a level was asked for.
-        run_demo(url, quiet=LOG_LEVEL_KEY not in ctx.meta)
+        run_demo(url, quiet=LOG_LEVEL_KEY not in ctx.meta, plot=plot)
+
+
+# The dashboard command adds itself to main when imported (so importing it first works too).
+import lockgate.cli_dashboard  # noqa: E402
+
+# The queue group adds itself to main when imported (so importing it first works too).
+import lockgate.cli_queue  # noqa: E402, F401

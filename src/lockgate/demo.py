@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from lockgate.addresses import masked
@@ -46,16 +47,22 @@ SORTED_AGING_SECONDS = 1.0
 
 @dataclass
 class Run:
-    """What one run recorded: per level, start times and waits."""
+    """What one run recorded: per level, start times (epoch seconds) and waits (seconds),
+    the i-th wait belonging to the i-th start; ``began`` is when its worker started."""
 
     name: str
     starts: dict[str, list[float]] = field(default_factory=dict)
     waits: dict[str, list[float]] = field(default_factory=dict)
     elapsed: float = 0.0
+    began: float = 0.0
 
     def record(self, level: str, start: float, wait: float) -> None:
         self.starts.setdefault(level, []).append(start)
         self.waits.setdefault(level, []).append(wait)
+
+    def since_began(self, level: str) -> list[float]:
+        """The level's start times, in seconds since the run's worker started."""
+        return [start - self.began for start in self.starts.get(level, [])]
 
     @property
     def done(self) -> int:
@@ -183,6 +190,7 @@ async def play(
         await app.enqueue_many_async([analytics.message() for _ in range(LOW_JOBS)])
         worker = Worker(app, WorkerConfig(concurrency=CONCURRENCY, policy=policy, idle_wait=0.2))
         started = time.monotonic()
+        run.began = time.time()  # the clock of the jobs' starts and enqueue times
         running = asyncio.create_task(worker.run())
         await _until(lambda: run.done >= 200, show)
         await app.enqueue_many_async([email.message(i) for i in range(NORMAL_JOBS)])
@@ -272,7 +280,7 @@ def report(
     return [*wrap(TITLE, width), *render(COLUMNS, rows, width), *wrap(caption, width)]
 
 
-def run_demo(url: str | None, *, quiet: bool = True) -> None:
+def run_demo(url: str | None, *, quiet: bool = True, plot: Path | None = None) -> None:
     """Play every run and print the table.
 
     Args:
@@ -280,11 +288,19 @@ def run_demo(url: str | None, *, quiet: bool = True) -> None:
             server started for the demo.
         quiet: lower lockgate's own logging to warnings while the runs play (their
             workers' start and stop lines would bury the progress).
+        plot: also draw the runs into this PNG file (:mod:`lockgate.plot`).
 
     Raises:
-        ConfigError: no URL, and no embedded server can be had.
+        ConfigError: no URL, and no embedded server can be had; the plot's file cannot
+            be written.
+        MissingExtra: ``plot`` is given and matplotlib (the plot extra) is not installed.
         ConnectionFailed: the server cannot be reached.
     """
+    if plot is not None:
+        # Before anything runs: a missing extra or directory fails now, not after the runs.
+        from lockgate.plot import check_target, write_png
+
+        check_target(plot)
     if quiet:
         logging.getLogger("lockgate").setLevel(logging.WARNING)
     width = shutil.get_terminal_size((80, 24)).columns  # honours $COLUMNS
@@ -305,3 +321,6 @@ def run_demo(url: str | None, *, quiet: bool = True) -> None:
         levels = App(redis_url=server_url).levels
         lines = report(runs, list(levels.names), dict(levels.weights), width)
         print("", *lines, sep="\n", flush=True)
+        if plot is not None:
+            write_png(runs, list(levels.names), plot)
+            print(f"plot written to {plot}", flush=True)

@@ -148,6 +148,10 @@ class JobFailed(LockgateError):
 class JobCancelled(JobFailed):
     """A job was cancelled (``App.cancel``) or expired before it ran to its end."""
 
+    def __init__(self, job_id: str, type_name: str, message: str, traceback: str = "") -> None:
+        super().__init__(job_id, type_name, message, traceback)
+        self.args = (f"job {job_id!r} was cancelled: {message}",)
+
 
 class ResultUnavailable(LockgateError):
     """A job's result cannot be had: the job is unknown, or it ended and its result (or

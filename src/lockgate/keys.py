@@ -110,6 +110,14 @@ class Keys:
         """The dead-letter stream of the namespace."""
         return f"{self.prefix}:dead"
 
+    def paused(self) -> str:
+        """The namespace's paused queues: workers take none of their jobs (the read
+        scripts check it), producers still enqueue them (see ``lockgate.queues``).
+
+        A sorted set of queue names (scores unused): ZADD, ZREM, ZRANGE and ZSCORE are
+        commands the documented ACL user already has, where a set's would not be."""
+        return f"{self.prefix}:paused"
+
     def job(self, job_id: str) -> str:
         """Marker that a job id is queued or running (the enqueue dedup key)."""
         return f"{self.prefix}:job:{job_id}"
@@ -131,6 +139,20 @@ class Keys:
         """Set by ``App.cancel`` for a running job: its worker cancels the run that the
         value names (the stream entry id, or the sorted backend's take token)."""
         return f"{self.prefix}:cancel:{job_id}"
+
+    def worker(self, name: str) -> str:
+        """A live worker's registry entry (JSON, see :mod:`lockgate.registry`), expiring
+        unless its worker heartbeats."""
+        return f"{self.prefix}:worker:{name}"
+
+    def workers(self) -> str:
+        """The registry's index: worker names scored by their entry's expiry (Unix s)."""
+        return f"{self.prefix}:workers"
+
+    def activity(self, minute: int) -> str:
+        """The activity counts of one minute (Unix time // 60): a sorted set used as a set
+        of counters, member ``stat:level:queue`` (see :mod:`lockgate.activity`)."""
+        return f"{self.prefix}:activity:{minute}"
 
     def sorted_waiting(self, queue: str) -> str:
         """Sorted backend: job ids waiting, scored by rank (lower runs first)."""

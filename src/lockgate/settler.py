@@ -41,8 +41,9 @@ def settlement(app: App, ending: Ending) -> Settlement:
     job, task = ending.delivery.job, ending.task
     if outcome.kind in ("done", "dead") and job is not None:
         if app.status_ttl_ms:
+            ran = job.attempt if ending.started else job.attempt - 1  # expired: never ran
             final = status.final_record(
-                job.task, job.attempt, job.enqueued, ending.started, ending.finished, outcome
+                job.task, ran, job.enqueued, ending.started, ending.finished, outcome
             )
         if task is not None and task.keep_result_ms:
             result, result_ttl_ms = status.result_record(outcome), task.keep_result_ms

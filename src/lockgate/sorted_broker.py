@@ -32,6 +32,8 @@ from lockgate.broker import (
     Settlement,
     batches,
     by_source,
+    decode_job,
+    purged,
     read_claim_args,
     text,
     translated_replies,
@@ -40,7 +42,7 @@ from lockgate.config import Levels
 from lockgate.connections import AsyncClient
 from lockgate.errors import SerializationError
 from lockgate.faults import translated
-from lockgate.keys import Keys
+from lockgate.keys import Keys, SortedKeys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.policy import aging_boost_us
 
@@ -124,6 +126,61 @@ class SortedBroker:
                 positions.append([members[i] for i in batch])
         return EnqueuePlan(calls, positions)
 
+    def wake_keys(self, queue: str) -> list[str]:
+        return [self._keys.sorted_wake(queue)]
+
+    async def purge_waiting(
+        self,
+        client: AsyncClient,
+        scripts: AsyncScripts,
+        queue: str,
+        *,
+        levels: Sequence[str],
+        task: str | None,
+        chunk: int,
+    ) -> int:
+        q = self._keys.sorted_keys(queue)
+        kept_levels = None if set(levels) >= set(self._levels.names) else levels
+        deleted = 0
+        # Pages in rank order by ZRANGE BYSCORE (ZSCAN and HMGET are not among the commands
+        # the documented ACL user has). Each page starts at the last one's highest rank,
+        # inclusive, and skips the jobs of that rank it saw: ranks may tie.
+        low, seen = float("-inf"), set[str]()
+        while True:
+            want = chunk + len(seen)
+            page: list[Any] = await client.zrange(
+                q.waiting, f"{low:.0f}", "+inf", byscore=True, offset=0, num=want,
+                withscores=True,
+            )  # fmt: skip
+            fresh = [(text(member), rank) for member, rank in page if text(member) not in seen]
+            if fresh:
+                async with client.pipeline(transaction=False) as pipe:
+                    for job_id, _ in fresh:
+                        pipe.hget(q.payloads, job_id)
+                    payloads: list[Any] = await pipe.execute()
+                picked = [
+                    job_id
+                    for (job_id, _), data in zip(fresh, payloads, strict=True)
+                    if purged(decode_job(data), task, kept_levels)
+                ]
+                deleted += await self._purge(scripts, q, picked, chunk)
+                top = fresh[-1][1]
+                seen = (seen if top == low else set()) | {i for i, rank in fresh if rank == top}
+                low = top
+            if len(page) < want:
+                return deleted
+
+    async def _purge(
+        self, scripts: AsyncScripts, q: SortedKeys, job_ids: list[str], chunk: int
+    ) -> int:
+        deleted = 0
+        for batch in batches(len(job_ids), chunk):
+            ids = [job_ids[i] for i in batch]
+            script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners]
+            script_keys += [self._keys.job(job_id) for job_id in ids]
+            deleted += int(await scripts.run(ScriptCall("purge_sorted", script_keys, ids)))
+        return deleted
+
 
 class SortedConsumer:
     """One worker's takes, waits, heartbeats and acks on sorted-backend queues."""
@@ -172,7 +229,7 @@ class SortedConsumer:
             call = ScriptCall(
                 "take_sorted",
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
-                 q.owners, q.wake],
+                 q.owners, q.wake, self._keys.paused()],
                 [free - len(result.deliveries), self._lease_ms, self._consumer, len(mine),
                  *mine, *claim_args],
             )  # fmt: skip

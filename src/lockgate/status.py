@@ -175,6 +175,12 @@ def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> Jo
             moment(record.enqueued_at), moment(record.started_at),
             moment(record.finished_at), record.reason, kept is not None,
         )  # fmt: skip
+    if state == "kept":  # the status expired before the result: the result tells it
+        kept = _result(result, Any)
+        record_of = _result_decoder.decode(result)
+        status = "done" if record_of.ok else "cancelled" if record_of.cancelled else "dead"
+        value, error = kept if kept is not None else (None, None)
+        return JobInfo(job_id, status, result=value, error=error, result_kept=True)
     if state == "unknown":
         return JobInfo(job_id, "unknown")
     status = "running" if state == "running" else "delayed" if state == "delayed" else "waiting"

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lockgate.activity import KEEP_MINUTES, MINUTE
 from lockgate.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
 from lockgate.config import Backend, Levels
 from lockgate.connections import (
@@ -31,6 +33,7 @@ from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.ratelimit import Rate
+from lockgate.registry import SWEEP_AFTER, WorkerInfo, decode, encode
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
 
@@ -384,6 +387,113 @@ class Store:
             total += deleted
             if deleted < PURGE_CHUNK:
                 return total
+
+    # paused queues, purges of waiting jobs (see lockgate.queues)
+
+    async def pause(self, queue: str) -> None:
+        """Add ``queue`` to the paused queues, which every read script checks."""
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            await client.zadd(self.keys.paused(), {queue: 0})
+
+    async def resume(self, queue: str) -> None:
+        """Take ``queue`` out of the paused queues, then wake the idle workers."""
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            await client.zrem(self.keys.paused(), queue)
+            for wake in self.broker.wake_keys(queue):
+                await client.xadd(wake, {"resumed": queue}, maxlen=16, approximate=False)
+
+    async def paused(self) -> set[str]:
+        """The paused queues."""
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            queues: list[Any] = await client.zrange(self.keys.paused(), 0, -1)
+        return {text(queue) for queue in queues}
+
+    async def purge_waiting(
+        self, queue: str, levels: Sequence[str], task: str | None, chunk: int = PURGE_CHUNK
+    ) -> int:
+        """Delete ``queue``'s waiting jobs on ``levels`` (``task``'s only, unless None),
+        ``chunk`` per atomic call; how many were deleted."""
+        client, scripts = await self.async_connection()
+        with translated(self.url):
+            return await self.broker.purge_waiting(
+                client, scripts, queue, levels=levels, task=task, chunk=chunk
+            )
+
+    # the worker registry and activity counts (see lockgate.registry, lockgate.activity)
+
+    def _add_counts(self, pipe: Any, counts: Mapping[int, Mapping[str, int]]) -> None:
+        for minute, counters in counts.items():
+            key = self.keys.activity(minute)
+            for name, amount in counters.items():
+                pipe.zadd(key, {name: amount}, incr=True)
+            # Kept for KEEP_MINUTES after the minute ends, however late its counts land.
+            pipe.pexpireat(key, (minute + 1 + KEEP_MINUTES) * MINUTE * 1000)
+
+    async def heartbeat_worker(
+        self, info: WorkerInfo, expires: float, counts: Mapping[int, Mapping[str, int]]
+    ) -> None:
+        """Refresh worker ``info.name``'s registry entry, to expire in ``expires`` seconds
+        (Redis clock), and add its activity counts (per minute, counter name -> amount),
+        in one round trip.
+
+        Raises:
+            BrokerError: Redis refused a command or could not be reached.
+        """
+        client, _ = await self.async_connection()
+        index, now = self.keys.workers(), time.time()
+        entry_ms = max(1, round(expires * 1000))
+        with translated(self.url):
+            async with client.pipeline(transaction=False) as pipe:
+                self._add_counts(pipe, counts)
+                pipe.set(self.keys.worker(info.name), encode(info), px=entry_ms)
+                pipe.zadd(index, {info.name: now + expires})
+                pipe.zremrangebyscore(index, "-inf", now - SWEEP_AFTER)
+                pipe.pexpireat(index, round((now + SWEEP_AFTER) * 1000))
+                await pipe.execute()
+
+    async def remove_worker(self, name: str, counts: Mapping[int, Mapping[str, int]]) -> None:
+        """Remove worker ``name`` from the registry (a clean stop) and add its last
+        activity counts, in one round trip.
+
+        Raises:
+            BrokerError: Redis refused a command or could not be reached.
+        """
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            async with client.pipeline(transaction=False) as pipe:
+                self._add_counts(pipe, counts)
+                pipe.delete(self.keys.worker(name))
+                pipe.zrem(self.keys.workers(), name)
+                await pipe.execute()
+
+    async def live_workers(self) -> list[WorkerInfo]:
+        """The workers whose registry entry has not expired (two reads, no write)."""
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            replied = await client.zrange(self.keys.workers(), 0, -1)
+            names = [name for name in replied if isinstance(name, bytes | str)]
+            if not names:
+                return []
+            async with client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.get(self.keys.worker(text(name)))
+                values = await pipe.execute()
+        found = [decode(value) for value in values if value is not None]
+        return [info for info in found if info is not None]
+
+    async def activity_counts(self, minutes: Sequence[int]) -> list[dict[str, int]]:
+        """The activity counts of each of ``minutes`` (Unix time // 60), in one round
+        trip: counter name -> amount (empty for a minute nothing was counted in)."""
+        client, _ = await self.async_connection()
+        with translated(self.url):
+            async with client.pipeline(transaction=False) as pipe:
+                for minute in minutes:
+                    pipe.zrange(self.keys.activity(minute), 0, -1, withscores=True)
+                replies = await pipe.execute()
+        return [{text(name): round(score) for name, score in rows} for rows in replies]
 
     # the namespace
 

@@ -27,6 +27,8 @@ from lockgate.broker import (
     Settlement,
     batches,
     by_source,
+    decode_job,
+    purged,
     read_claim_args,
     text,
     translated_replies,
@@ -110,6 +112,57 @@ class StreamBroker:
             positions.append(list(batch))
         return EnqueuePlan(calls, positions)
 
+    def wake_keys(self, queue: str) -> list[str]:
+        return [self._keys.wake()]
+
+    async def purge_waiting(
+        self,
+        client: AsyncClient,
+        scripts: AsyncScripts,
+        queue: str,
+        *,
+        levels: Sequence[str],
+        task: str | None,
+        chunk: int,
+    ) -> int:
+        deleted = 0
+        for level in levels:
+            stream = self._keys.stream(queue, level)
+            deleted += await self._purge_stream(client, scripts, stream, task, chunk)
+        return deleted
+
+    async def _purge_stream(
+        self, client: AsyncClient, scripts: AsyncScripts, stream: str, task: str | None, chunk: int
+    ) -> int:
+        newest: list[Any] = await client.xrevrange(stream, count=1) or []
+        if not newest:
+            return 0
+        # The group handed out every entry up to its last-delivered id (running, or done):
+        # the waiting ones follow it, up to the newest when the purge started.
+        start = "-"
+        groups: list[dict[str, Any]] = await client.xinfo_groups(stream)
+        for group in groups:
+            if text(group["name"]) == GROUP:
+                start = "(" + text(group["last-delivered-id"])
+        deleted = 0
+        while True:
+            entries: list[Any] = (
+                await client.xrange(stream, min=start, max=newest[0][0], count=chunk) or []
+            )
+            picked = [
+                (text(entry_id), job.id if job else "")
+                for entry_id, fields in entries
+                if purged(job := decode_job(fields.get(JOB_FIELD)), task)
+            ]
+            if picked:
+                script_keys = [stream, *(self._keys.job(job_id) for _, job_id in picked)]
+                args: list[Arg] = [GROUP, *(entry_id for entry_id, _ in picked)]
+                deleted += int(await scripts.run(ScriptCall("purge_stream", script_keys, args)))
+            if len(entries) < chunk:
+                break
+            start = "(" + text(entries[-1][0])
+        return deleted
+
 
 def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str, bytes | None]:
     """Decode a stream entry's flat field list: (job, error, job id for logs, raw job)."""
@@ -181,8 +234,10 @@ class StreamConsumer:
         token, claim_args = read_claim_args(self._claims)
         args: list[Arg] = [GROUP, self._consumer, free, len(quotas), *quotas]
         args += [index + 1 for _, _, index in layout]
+        args += [queue for _, queue, _ in layout]
         args += claim_args
-        call = ScriptCall("read_stream", [*streams, *delayed, self._keys.wake()], args)
+        script_keys = [*streams, *delayed, self._keys.wake(), self._keys.paused()]
+        call = ScriptCall("read_stream", script_keys, args)
         with translated(self._url):
             dry_flags, entries, last_ids, next_due = await self._scripts.run(call)
         levels = len(self._levels.names)
@@ -198,9 +253,12 @@ class StreamConsumer:
                 delivery.claim = ReadClaim(claim_token, state, entries[i + 4] / 1000)
             result.deliveries.append(delivery)
             result.taken[delivery.level] += 1
+        # A paused queue's streams come back without a last id (''): their new jobs must
+        # not wake this worker; a resume XADDs the wake stream instead.
         self._last_ids = {
             stream: text(last)
             for stream, last in zip([*streams, self._keys.wake()], last_ids, strict=False)
+            if last
         }
         return result
 

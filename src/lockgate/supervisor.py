@@ -31,7 +31,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
@@ -168,12 +168,19 @@ class Supervisor:
         command: the argv of one worker (a single-process ``lockgate worker``).
         processes: how many run side by side.
         backoff: the restart delays.
+        on_exit: called with the pid of each child that ended, once it is reaped (the
+            metrics endpoint forgets its readiness, see :mod:`lockgate.metrics`).
     """
 
     def __init__(
-        self, command: Sequence[str], processes: int, backoff: RestartBackoff | None = None
+        self,
+        command: Sequence[str],
+        processes: int,
+        backoff: RestartBackoff | None = None,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         self.command = list(command)
+        self._on_exit = on_exit
         self.processes = processes
         self._plan = RestartPlan(processes, backoff)
         self._children: list[_Child] = []
@@ -253,6 +260,8 @@ class Supervisor:
             if code is None:
                 continue
             self._children.remove(child)
+            if self._on_exit is not None:
+                self._on_exit(child.process.pid)
             self._ended(child, code, now - child.started)
 
     def _ended(self, child: _Child, code: int, uptime: float) -> None:

@@ -46,6 +46,7 @@ from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.outcome import dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
+from lockgate.registry import Registry
 from lockgate.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.scheduler import Scheduler, served
 from lockgate.settler import Settler
@@ -76,6 +77,11 @@ class Worker:
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.queues = self.config.queues or app.queues
         self.watchers = Watchers()
+        # Heartbeats and activity counts for `stats` and the dashboard (lockgate.registry).
+        self._registry = Registry(
+            app, self.name, self.queues, self.config.concurrency, lambda: len(self._running)
+        )
+        self.watchers.add(self._registry.recorder)
         self.processed = 0
         self.retried = 0
         self.dead = 0
@@ -94,6 +100,14 @@ class Worker:
         self._reclaim_rounds = 0
         self._burst = False
         self._intake = IntakeLimit(self.config.concurrency)
+        self._reading = False  # the fetch loop's last read worked (see ready)
+
+    @property
+    def ready(self) -> bool:
+        """Connected to Redis and consuming: the fetch loop runs, its last read worked,
+        and no stop was asked for (a ``/readyz`` probe, see :mod:`lockgate.metrics`).
+        Safe to read from any thread."""
+        return self._reading and not self._stopping.is_set()
 
     @property
     def failed(self) -> int:
@@ -176,6 +190,9 @@ class Worker:
             asyncio.create_task(
                 self._supervised("lag", lambda: sample_lag(self._intake.observe, self._closing))
             ),
+            asyncio.create_task(
+                self._supervised("registry", lambda: self._registry.run(self._closing))
+            ),
         ]
         # A burst worker schedules nothing: it is done once nothing is left to run.
         schedules = served(self.app, self.queues) if self.config.scheduler and not burst else []
@@ -223,6 +240,8 @@ class Worker:
             except Exception as e:  # a bug must not stop the loop silently either
                 delay = reconnect_delay(failures)
                 log.exception("%s loop failed (%r); restarting it in %.1fs", name, e, delay)
+            if name == "fetch":
+                self._reading = False  # not ready until a read works again
             if time.monotonic() - started > 1.0:
                 failures, delay = 0, reconnect_delay(0)  # it had recovered: start over
             failures += 1
@@ -257,6 +276,7 @@ class Worker:
         mine = self._mine() if self.app.store.broker.ranked else ()
         landed = self._landed
         result = await self._consumer.read(free, policy.plan(free), mine)
+        self._reading = True
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:
             self._start(delivery)
@@ -462,6 +482,9 @@ class Worker:
         _, stuck = await asyncio.wait(helpers, timeout=5)
         for helper in stuck:
             helper.cancel()
+        # The last settles' counts, and off the registry, once its loop ended (no heartbeat
+        # of that loop can land after the removal and list a stopped worker again).
+        await self._registry.close()
         if self._consumer is not None:
             self.app.store.release_async_client(self._consumer.client)
             await self._consumer.close()

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,29 @@ def test_progress_at_a_terminal_rewrites_one_line_then_wipes_it() -> None:
     progress.finished(played("weighted"))
     assert err.getvalue().endswith("\r" + " " * len(shown[1]) + "\r")
     assert out.getvalue() == "      weighted  6 jobs in 1.2s\n"
+
+
+# The real flood takes ~10 s; a smaller one plays the same three runs into the same figure.
+SMALL_DEMO = (
+    # A hang ends with every thread's traceback on stderr, before the run's timeout.
+    "import faulthandler; faulthandler.dump_traceback_later(45, exit=True); "
+    "import lockgate.demo as d; d.LOW_JOBS, d.NORMAL_JOBS, d.CRITICAL_JOBS = 600, 100, 20; "
+    "from lockgate.cli import main; main(['demo', '--url', {url!r}, '--plot', {out!r}])"
+)
+
+
+def test_demo_plot_draws_every_run_into_a_png(redis_url: str, tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    from lockgate.plot import size_pixels
+
+    out = tmp_path / "out.png"
+    code = SMALL_DEMO.format(url=redis_url, out=str(out))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(f"plot written to {out}")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = size_pixels(3)
+    assert imread(out).shape == (height, width, 4)  # RGBA, one row per run

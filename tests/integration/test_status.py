@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
+import msgspec
 import pytest
 
 from conftest import job_ended, running, wait_until, worker_for
-from lockgate import App, ConfigError, RetryableError, current_job
+from lockgate import App, ConfigError, Message, RetryableError, current_job
 from lockgate.deadletter import list_dead
 from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable
 
@@ -187,6 +188,9 @@ async def test_cancel_removes_waiting_and_delayed_jobs_and_frees_their_ids(
     assert not app.cancel("w")  # already cancelled
     assert not app.cancel("nobody")  # unknown id
     assert (app.job("w").status, app.job("d").status) == ("cancelled", "cancelled")
+    cancelled = app.job("w")  # what it was is kept with it
+    assert (cancelled.task, cancelled.attempts, cancelled.reason) == ("send", 0, "cancelled")
+    assert cancelled.enqueued_at is not None and cancelled.finished_at is not None
     with pytest.raises(JobCancelled):
         app.wait_result("w", timeout=1)
     await worker_for(app).run(burst=True)
@@ -256,3 +260,39 @@ async def test_a_running_sync_job_sees_cancelled_become_true(
     assert seen == [True]
     assert (worker.retried, worker.failed) == (0, 0)
     assert list_dead(app) == []
+
+
+async def test_a_kept_result_outlives_a_shorter_status_ttl(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(status_ttl=0.2)
+
+    @app.task(keep_result=60)
+    def total() -> int:
+        return 42
+
+    r = total.enqueue()
+    await worker_for(app).run(burst=True)
+    status_key = app.keys.status(r.job_id)
+    await wait_until(lambda: not app.client().exists(status_key), message="status expired")
+    assert r.status() == "done"
+    assert r.result(timeout=5) == 42
+
+
+async def test_an_expired_job_reads_cancelled_with_no_attempt_spent(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+
+    @app.task(expires=60)
+    def send_otp() -> None: ...
+
+    message = send_otp.message(job_id="otp")
+    late = msgspec.structs.replace(message.job, enqueued=time.time() - 61)
+    await app.enqueue_many_async([Message(late)])
+    await worker_for(app).run(burst=True)
+    info = app.job("otp")
+    assert (info.status, info.attempts) == ("cancelled", 0)
+    assert info.reason.startswith("expired")
+    with pytest.raises(JobCancelled, match="was cancelled: expired"):
+        app.wait_result("otp", timeout=1)

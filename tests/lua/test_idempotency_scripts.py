@@ -347,10 +347,11 @@ def read_with_claims(
     for job_id in job_ids:
         rclient.xadd(stream, {"job": f'{{"id":"{job_id}","task":"charge","args":[]}}'})
     args = [
-        GROUP, "c1", 10, 1, 10, 1, keys.claim(""), "tok", 30_000, keys.done_bucket_prefix,
-        int(mirror), "charge",
+        GROUP, "c1", 10, 1, 10, 1, "q", keys.claim(""), "tok", 30_000,
+        keys.done_bucket_prefix, int(mirror), "charge",
     ]  # fmt: skip
-    _, flat, _, _ = run(scripts, "read_stream", [stream, delayed, keys.wake()], args)
+    script_keys = [stream, delayed, keys.wake(), keys.paused()]
+    _, flat, _, _ = run(scripts, "read_stream", script_keys, args)
     return {job_id: flat[i + 3] for job_id, i in zip(job_ids, range(0, len(flat), 5), strict=True)}
 
 

@@ -401,9 +401,10 @@ class SortedJob:
         taken, _, _, _ = run(
             self.scripts,
             "take_sorted",
-            [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+            [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
+             self.keys.paused()],
             [1, lease_ms, consumer, 0],
-        )
+        )  # fmt: skip
         assert taken[0] == b"a", taken
         return bytes(taken[3])
 
@@ -576,9 +577,10 @@ def test_a_settle_after_the_lease_lapsed_and_the_job_went_back_changes_nothing(
     run(
         scripts,
         "take_sorted",
-        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
+         sorted_job.keys.paused()],
         [0, LEASE_MS, "w2", 0],
-    )
+    )  # fmt: skip
     before = sorted_job.state()
     assert before["waiting"] is not None
     assert sorted_job.settle(owner, "done") == [0, 0]

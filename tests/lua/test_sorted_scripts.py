@@ -25,6 +25,11 @@ def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> An
     return scripts.run_all([ScriptCall(name, keys, args)])[0]
 
 
+def paused_key(q: SortedKeys) -> str:
+    """Keys.paused of the namespace ``q`` belongs to (its hash tag)."""
+    return Keys(q.waiting.partition("{")[2].partition("}")[0]).paused()
+
+
 def enqueue(
     scripts: SyncScripts,
     keys: Keys,
@@ -76,9 +81,10 @@ def take(
     flat, returned, next_ms, wake_id = run(
         scripts,
         "take_sorted",
-        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake],
+        [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
+         paused_key(q)],
         [limit, lease_ms, consumer, len(running), *running],
-    )
+    )  # fmt: skip
     taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 6)]
     assert all(state == NOT_CLAIMED for state in flat[4::6])  # no idempotent task named
     return Take(taken, returned, next_ms, wake_id)

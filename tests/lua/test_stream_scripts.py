@@ -114,8 +114,8 @@ def read_all(
     """
     streams = [keys.stream("q", level) for level in LEVELS]
     delayed = [keys.delayed("q", level) for level in LEVELS]
-    args = [GROUP, consumer, limit, len(quotas), *quotas, 1, 2, 3]
-    script_keys = [*streams, *delayed, keys.wake()]
+    args = [GROUP, consumer, limit, len(quotas), *quotas, 1, 2, 3, "q", "q", "q"]
+    script_keys = [*streams, *delayed, keys.wake(), keys.paused()]
     dry, flat, last_ids, next_due = run(scripts, "read_stream", script_keys, args)
     entries = [
         (flat[i], flat[i + 1].decode(), dict(zip(flat[i + 2][::2], flat[i + 2][1::2], strict=True)))
@@ -455,8 +455,9 @@ def test_read_under_oom_still_hands_out_an_idempotent_job(tmp_path: Path) -> Non
         streams = [keys.stream("q", level) for level in LEVELS]
         delayed = [keys.delayed("q", level) for level in LEVELS]
         claims = [keys.claim(""), "tok", 30_000, keys.done_bucket_prefix, 0, "charge"]
-        args = [GROUP, "c1", 8, 3, 1, 1, 1, 1, 2, 3, *claims]
-        _, flat, _, _ = run(scripts, "read_stream", [*streams, *delayed, keys.wake()], args)
+        args = [GROUP, "c1", 8, 3, 1, 1, 1, 1, 2, 3, "q", "q", "q", *claims]
+        script_keys = [*streams, *delayed, keys.wake(), keys.paused()]
+        _, flat, _, _ = run(scripts, "read_stream", script_keys, args)
         assert flat[1] == entry_id
         state = flat[3]
         claim_key = keys.claim("job:charge:pay-1")

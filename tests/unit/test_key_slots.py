@@ -19,6 +19,7 @@ ARGUMENTS: dict[str, Any] = {
     "queue": "emails", "level": "critical", "key": "pay:{A1}", "name": "views:A1",
     "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
     "task": "report", "stamp": "2024-01-31T03:00:00Z", "placed": "1-0 emails:critical",
+    "minute": 28_424_160,
 }  # fmt: skip
 
 
@@ -53,7 +54,8 @@ def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
     names = key_names(keys)
     # The naming methods that exist today are all covered (a new one must be too).
     assert {"stream", "delayed", "claim", "done_marker", "wake", "counter", "request",
-            "cooldown", "dead", "job", "sorted_keys", "prefix"} <= set(names)  # fmt: skip
+            "cooldown", "dead", "job", "sorted_keys", "prefix", "worker", "workers",
+            "activity"} <= set(names)  # fmt: skip
     expected = slot(keys.prefix)
     for method, values in names.items():
         assert values, method

@@ -4,9 +4,11 @@
 --       the place the marker named when the caller read it (Keys.place_keys): streams:
 --       [4] the stream, [5] its delayed set; sorted: [4] payloads, [5] inflight, [6]
 --       delayed, [7] deliveries, [8] waiting, [9] ranks, [10] owners
--- ARGV: [1] the streams' consumer group, [2] the final record of a cancelled job, [3] its
---       TTL ms (0: none kept), [4] the cancel flag's TTL ms, [5] the marker's value the
---       caller read ('' none), [6] the job id
+-- ARGV: [1] the streams' consumer group, [2] the final record of a cancelled job whose
+--       payload does not decode (one that does gets its task, attempts and enqueue time
+--       in it, as status.FinalRecord names them), [3] its TTL ms (0: none kept), [4] the
+--       cancel flag's TTL ms, [5] the marker's value the caller read ('' none), [6] the
+--       job id
 -- Touches: XDEL of a waiting entry, ZREM from a delayed set, or ZREM/HDEL from a sorted
 --          queue's sets, DEL of the marker (the id is free again) and the final record SET
 --          under the status key; a running job's flag is SET with a TTL to the take it is
@@ -23,8 +25,18 @@ local function running(take)
   redis.call('SET', KEYS[2], take, 'PX', ARGV[4])
   return 'running'
 end
-local function removed()
-  mark_end(KEYS[1], KEYS[3], ARGV[2], ARGV[3])
+local function record_of(payload)
+  local ok, job = pcall(cjson.decode, payload or '')
+  if not ok or type(job) ~= 'table' then return ARGV[2] end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + math.floor(tonumber(t[2]) / 1000) / 1000
+  return cjson.encode({
+    s = 'cancelled', t = job.task, a = (tonumber(job.attempt) or 1) - 1, e = job.enqueued,
+    f = now, r = 'cancelled',
+  })
+end
+local function removed(payload)
+  mark_end(KEYS[1], KEYS[3], record_of(payload), ARGV[3])
   return 'cancelled'
 end
 
@@ -32,8 +44,14 @@ local entry = string.match(placed, '^(%d+%-%d+) ')
 if entry then
   local row = redis.pcall('XPENDING', KEYS[4], group, entry, entry, 1)
   if type(row) == 'table' and not row.err and #row == 1 then return running(entry) end
-  if redis.call('XDEL', KEYS[4], entry) == 1 then return removed() end
-  return 'gone'
+  local found = redis.call('XRANGE', KEYS[4], entry, entry)
+  if #found == 0 then return 'gone' end
+  local fields, payload = found[1][2], nil
+  for i = 1, #fields, 2 do
+    if fields[i] == 'job' then payload = fields[i + 1] end
+  end
+  redis.call('XDEL', KEYS[4], entry)
+  return removed(payload)
 end
 local due = string.match(placed, '^delayed (%d+) ')
 if due then
@@ -41,7 +59,7 @@ if due then
     local ok, decoded = pcall(cjson.decode, payload)
     if ok and type(decoded) == 'table' and decoded.id == job_id then
       redis.call('ZREM', KEYS[5], payload)
-      return removed()
+      return removed(payload)
     end
   end
   return 'gone'
@@ -53,9 +71,10 @@ if string.match(placed, '^sorted ') then
   if redis.call('ZREM', KEYS[8], job_id) + redis.call('ZREM', KEYS[6], job_id) == 0 then
     return 'gone'
   end
+  local payload = redis.call('HGET', KEYS[4], job_id)
   redis.call('HDEL', KEYS[4], job_id)
   redis.call('HDEL', KEYS[9], job_id)
   redis.call('HDEL', KEYS[7], job_id)
-  return removed()
+  return removed(payload or nil)
 end
 return 'gone'

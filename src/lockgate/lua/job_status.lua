@@ -9,6 +9,7 @@
 --   'moved'                     the marker changed since the caller read it: read again
 --   'unknown', false            never enqueued, or its final record expired
 --   'final', record             ended; record is the worker's JSON (status, times...)
+--   'kept', false               ended, its final record expired, its result still kept
 --   'waiting', payload          in its stream or sorted set, not taken
 --   'running', payload, deliveries   taken by a worker (pending entry, or in flight)
 --   'delayed', payload, due ms  waiting for its due time ('waiting' once due)
@@ -22,6 +23,7 @@ if placed ~= expected then return {'moved', false, false, 0} end
 if placed == '' then
   local record = redis.call('GET', KEYS[3])
   if record then return {'final', record, result, 0} end
+  if result then return {'kept', false, result, 0} end
   return {'unknown', false, result, 0}
 end
 

@@ -34,6 +34,8 @@ ScriptName = Literal[
     "forget_consumers",
     "dlq_purge",
     "dlq_trim",
+    "purge_stream",
+    "purge_sorted",
     "idem_claim",
     "idem_settle",
     "incr_once",
@@ -62,6 +64,9 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "forget_consumers": ALLOW_OOM,
     "dlq_purge": ALLOW_OOM,
     "dlq_trim": ALLOW_OOM,
+    # Purging waiting jobs frees memory, like purging dead letters.
+    "purge_stream": ALLOW_OOM,
+    "purge_sorted": ALLOW_OOM,
     "idem_settle": ALLOW_OOM,
     "settle_stream": ALLOW_OOM,
     "settle_sorted": ALLOW_OOM,

@@ -1,9 +1,11 @@
 -- read_stream.lua: one read for a worker with free slots, following a policy's plan.
 -- KEYS: the n streams to serve, highest level first, then their n delayed sets, same order,
---       then the namespace's wake stream (XADDed when a delayed job or retry is scheduled)
+--       then the namespace's wake stream (XADDed when a delayed job or retry is scheduled,
+--       and when a queue is resumed), then the namespace's paused queues (Keys.paused: a
+--       sorted set of queue names)
 -- ARGV: group, consumer, limit (free slots), nlevels, quota per level (nlevels values),
---       level index (1-based) of each stream (n values), then the job claims to take (see
---       _read_claim.lua)
+--       level index (1-based) of each stream (n values), queue of each stream (n values),
+--       then the job claims to take (see _read_claim.lua)
 -- Touches: first moves due jobs from each delayed set into its stream (the server's clock
 --          decides; atomic, so any number of workers may do it at once; under maxmemory
 --          the move is skipped, the jobs stay delayed, and the read goes on: draining
@@ -11,16 +13,20 @@
 --          XREADGROUP on
 --          the streams (creating the group at id 0 when missing, so jobs enqueued before any
 --          worker started are delivered); XINFO when nothing was read.
+-- Paused: the streams of a paused queue are not read (they count as dry), so no worker
+--          takes a job from it once the pause's ZADD returned; their due delayed jobs
+--          still move into them, and wait there.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
 -- Claims: an entry of an idempotent task is claimed as it is read, with the token
 --          '<token prefix>:<entry id>' (see _read_claim.lua).
 -- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
---          than asked; entries = flat {key index, entry id, fields, claim, ms} quintuples,
---          claim being 1 claimed, 0 already done, -1 busy (ms left on the holder's lease),
+--          than asked (or its queue is paused); entries = flat {key index, entry id,
+--          fields, claim, ms} quintuples, claim being 1 claimed, 0 already done, -1 busy (ms left on the holder's lease),
 --          2 not claimed here; last_ids = each
 --          stream's last generated id when nothing was read (for a blocking XREAD wake-up;
---          the wake stream's last, '0-0' while it does not exist), else {}; next_due_ms =
+--          '' for a paused queue's stream, whose new jobs must not wake an idle worker; the
+--          wake stream's last, '0-0' while it does not exist), else {}; next_due_ms =
 --          ms until the next delayed job is due, -1 when none.
 --#include _clock
 --#include _last_id
@@ -29,11 +35,14 @@
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
-local n = (#KEYS - 1) / 2
-local wake = KEYS[#KEYS]
+local n = (#KEYS - 2) / 2
+local wake = KEYS[2 * n + 1]
 local quota = {}
 for l = 1, nlevels do quota[l] = tonumber(ARGV[4 + l]) end
-local claims = read_claims(4 + nlevels + n + 1)
+local claims = read_claims(4 + nlevels + 2 * n + 1)
+local paused = {}
+for _, queue in ipairs(redis.call('ZRANGE', KEYS[2 * n + 2], 0, -1)) do paused[queue] = true end
+local function held(k) return paused[ARGV[4 + nlevels + n + k]] == true end
 
 local function claim(entry_id, fields)
   local payload
@@ -78,7 +87,7 @@ for k = 1, n do
 end
 
 local dry, entries = {}, {}
-for k = 1, n do dry[k] = 0 end
+for k = 1, n do dry[k] = held(k) and 1 or 0 end
 
 local function read(k, count)
   local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', KEYS[k], '>'}
@@ -109,7 +118,7 @@ end
 for k = 1, n do
   local level = tonumber(ARGV[4 + nlevels + k])
   local want = math.min(quota[level], remaining)
-  if want > 0 then
+  if want > 0 and not held(k) then
     local got = read(k, want)
     if type(got) == 'table' then return got end
     quota[level] = quota[level] - got
@@ -127,7 +136,7 @@ end
 
 local last_ids = {}
 if #entries == 0 then
-  for k = 1, n do last_ids[k] = last_id(KEYS[k]) end
+  for k = 1, n do last_ids[k] = held(k) and '' or last_id(KEYS[k]) end
   last_ids[n + 1] = last_id(wake)
 end
 return {dry, entries, last_ids, next_due}

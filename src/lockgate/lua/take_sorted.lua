@@ -1,5 +1,6 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
--- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream)
+-- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream),
+--       the namespace's paused queues (Keys.paused: a sorted set of queue names)
 -- ARGV: limit (free slots), lease in ms, consumer name, m, then m job ids this worker still
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
 --       expired leases are left for the worker's next heartbeat, never handed out again;
@@ -13,6 +14,9 @@
 --          job loses nothing.
 --          A job of an idempotent task is claimed as it is taken, with the token
 --          '<token prefix>:<job id>' (see _read_claim.lua).
+-- Paused: while the queue (named by the keys, see _marker.lua) is paused, nothing is
+--          taken, so no worker takes a job from it once the pause's ZADD returned; due
+--          delayed jobs and expired leases still go back to waiting, and wait there.
 -- Returns: {taken, returned, next_ms, wake_id}: taken = flat {job id, payload or false,
 --          deliveries, owner token, claim, ms} (claim: 1 claimed, 0 already done, -1 busy
 --          with ms left on the holder's lease, 2 not claimed here); returned = expired leases put back; next_ms = ms until
@@ -21,7 +25,9 @@
 --#include _clock
 --#include _last_id
 --#include _read_claim
+--#include _marker
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+if redis.call('ZSCORE', KEYS[9], queue_of(KEYS[1])) then limit = 0 end
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local mine = {}

@@ -1,0 +1,46 @@
+-- purge_stream.lua: delete one chunk of a stream's waiting jobs (a purge reads the next
+-- entries after the group's last-delivered id, then calls this for them, up to a thousand
+-- at a time, so Redis is never blocked by one long call).
+-- KEYS: the stream, then the marker (Keys.job) of each entry's job, one per entry id in
+--       ARGV (for an entry whose job id cannot be read, the marker of the id '': no
+--       marker names that entry, so none is deleted)
+-- ARGV: group, then the entry ids (one per marker key)
+-- Touches: XINFO GROUPS; XDEL of each entry the group has not delivered yet (an id after
+--          its last-delivered id: a worker's read between the caller's XRANGE and this call
+--          made the entries it took pending, and those stay); DEL of the entry's marker
+--          when it still names that entry (see _marker.lua), which frees the job id. Running
+--          (pending) entries, the delayed set and the stream key itself (its group) stay.
+-- Returns: how many entries were deleted.
+
+-- Whether stream id a comes after stream id b (decimal parts compared exactly, as text).
+local function later(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if not ams or not bms then return false end
+  if #ams ~= #bms then return #ams > #bms end
+  if ams ~= bms then return ams > bms end
+  if #aseq ~= #bseq then return #aseq > #bseq end
+  return aseq > bseq
+end
+
+local stream, group = KEYS[1], ARGV[1]
+local groups = redis.pcall('XINFO', 'GROUPS', stream)
+if groups.err then return 0 end -- no stream: nothing waits
+local delivered = '0-0' -- no group yet: no worker read the stream, every entry waits
+for _, row in ipairs(groups) do
+  local info = {}
+  for i = 1, #row, 2 do info[row[i]] = row[i + 1] end
+  if info['name'] == group then delivered = info['last-delivered-id'] end
+end
+local deleted = 0
+for i = 2, #ARGV do
+  local entry, marker = ARGV[i], KEYS[i]
+  if later(entry, delivered) and redis.call('XDEL', stream, entry) == 1 then
+    deleted = deleted + 1
+    local placed = redis.call('GET', marker)
+    if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' ') then
+      redis.call('DEL', marker)
+    end
+  end
+end
+return deleted
