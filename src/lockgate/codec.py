@@ -53,6 +53,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             would run the finished step again, so it is dead-lettered instead.
         crashes: how many times a run of this job killed the child process it ran in (a
             poison job); from the first, it always runs in a child of its own.
+        rate_reserved: a rate limiter reserved this attempt's start when it put it back:
+            it starts without asking again.
     """
 
     id: str
@@ -66,6 +68,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     waits: int = 0
     markers_expire: float = 0.0
     crashes: int = 0
+    rate_reserved: bool = False
 
 
 _encoder = msgspec.json.Encoder()

@@ -131,6 +131,10 @@ class Keys:
         """A job's result record, for a task declared with ``keep_result``."""
         return f"{self.prefix}:result:{job_id}"
 
+    def job_record_keys(self, job_id: str) -> list[str]:
+        """A job's marker, status and result keys: what a purge deletes with it."""
+        return [self.job(job_id), self.status(job_id), self.result(job_id)]
+
     def status(self, job_id: str) -> str:
         """A job's final record once it ended (kept for ``App(status_ttl=...)``)."""
         return f"{self.prefix}:status:{job_id}"

@@ -373,16 +373,29 @@ class _Publisher:
         self._ready.set(0)
 
     def _run(self) -> None:
-        with open(os.path.join(self._directory, SAMPLER_LOCK), "a") as lock:
-            sampling = False
-            while True:
-                self._ready.set(float(self._worker.ready))
-                sampling = sampling or _try_lock(lock.fileno())
-                stats = self._sampler.sample() if sampling else None
-                if stats is not None:
-                    for name, labels, value in queue_samples(stats):
-                        gauge = self._gauges[name]
-                        (gauge.labels(*labels) if labels else gauge).set(value)
+        """Publish until closed; a round that fails is logged, this process counts as not
+        ready meanwhile, and the next round tries again (the thread never ends early)."""
+        sampling = False
+        while True:
+            try:
+                with open(os.path.join(self._directory, SAMPLER_LOCK), "a") as lock:
+                    while True:
+                        self._ready.set(float(self._worker.ready))
+                        sampling = sampling or _try_lock(lock.fileno())
+                        stats = self._sampler.sample() if sampling else None
+                        if stats is not None:
+                            for name, labels, value in queue_samples(stats):
+                                gauge = self._gauges[name]
+                                (gauge.labels(*labels) if labels else gauge).set(value)
+                        if self._stop.wait(PUBLISH_EVERY):
+                            return
+            except Exception:
+                log.exception("metrics: publishing failed; trying again")
+                sampling = False  # the lock went with the file
+                try:
+                    self._ready.set(0)
+                except Exception:
+                    log.debug("metrics: readiness not published", exc_info=True)
                 if self._stop.wait(PUBLISH_EVERY):
                     return
 

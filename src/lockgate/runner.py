@@ -258,11 +258,14 @@ class JobRunner:
         self, task: Task[Any, Any], rate: Rate, delivery: Delivery
     ) -> Outcome | None:
         """Ask the task's shared limiter for a start now: None to start, else an outcome
-        that puts the same attempt back (attempt and waits unchanged) until its turn."""
+        that puts the same attempt back (no attempt spent) until the start the limiter
+        reserved for it, when it starts without asking again."""
         job, taken = delivery.job, delivery.claim
         assert job is not None
         if taken is not None and taken.state != 1:
             return None  # done, or run by another worker: the claim step ends it unrun
+        if job.rate_reserved:
+            return None  # its start was reserved when it was put back
         try:
             delay = await self.app.store.rate_limit_wait(task.name, rate)
         except AccessDenied:
@@ -274,7 +277,9 @@ class JobRunner:
                            reason=f"rate limit check failed: {e}")  # fmt: skip
         if delay <= 0:
             return None
-        return Outcome("retry", delay=delay, next_job=job, reason="rate limited")
+        # A put-back (waits + 1): watchers count no second wait for it.
+        following = msgspec.structs.replace(job, waits=job.waits + 1, rate_reserved=True)
+        return Outcome("retry", delay=delay, next_job=following, reason="rate limited")
 
     def _job_claim(self, task: Task[Any, Any], job: Job, token: str | None = None) -> Claim:
         return Claim(
@@ -319,10 +324,8 @@ class JobRunner:
         if outcome is DONE and run.task.keep_result_ms:
             try:
                 return replace(outcome, result=encode_result(returned))
-            except SerializationError as e:
-                log.error("job %s (%s): %s; its result is an error", run.job.id,
-                          run.task.name, e)  # fmt: skip
-                return replace(outcome, result=None, error=ErrorInfo.of(e))
+            except SerializationError as e:  # as an eager run ends: the same in tests
+                return dead("its result could not be kept", e)
         return outcome
 
     async def _run_here(self, run: _Run) -> Outcome:

@@ -21,6 +21,7 @@ from lockgate import deadletter, status
 from lockgate.app import App
 from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
 from lockgate.errors import LockgateError
+from lockgate.events import ALREADY_PROCESSED
 from lockgate.faults import Fault, classify
 from lockgate.lua import ScriptCall
 from lockgate.outcome import dead
@@ -45,7 +46,8 @@ def settlement(app: App, ending: Ending) -> Settlement:
             final = status.final_record(
                 job.task, ran, job.enqueued, ending.started, ending.finished, outcome
             )
-        if task is not None and task.keep_result_ms:
+        # A duplicate acknowledged without running leaves the first run's result be.
+        if task is not None and task.keep_result_ms and outcome.reason != ALREADY_PROCESSED:
             result, result_ttl_ms = status.result_record(outcome), task.keep_result_ms
     return Settlement(
         ending.delivery, outcome,

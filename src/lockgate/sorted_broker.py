@@ -177,7 +177,8 @@ class SortedBroker:
         for batch in batches(len(job_ids), chunk):
             ids = [job_ids[i] for i in batch]
             script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners]
-            script_keys += [self._keys.job(job_id) for job_id in ids]
+            for job_id in ids:
+                script_keys += self._keys.job_record_keys(job_id)
             deleted += int(await scripts.run(ScriptCall("purge_sorted", script_keys, ids)))
         return deleted
 

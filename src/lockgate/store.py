@@ -306,12 +306,16 @@ class Store:
             if (answer := text((await self.run_async([call]))[0])) != MOVED:
                 return answer
 
-    async def cancel_requests(self, client: AsyncClient, job_ids: Sequence[str]) -> list[str]:
-        """The cancel flags of running jobs (one MGET on the worker's client): per job,
-        the take it names, "" when none."""
-        with translated(self.url):
-            values = await client.mget([self.keys.cancel_flag(job_id) for job_id in job_ids])
-        return [text(value) if value is not None else "" for value in values]
+    async def cancel_requests(self, job_ids: Sequence[str]) -> list[str]:
+        """The cancel flags of running jobs, in one read: per job, the take it names, ""
+        when none."""
+        flags = [self.keys.cancel_flag(job_id) for job_id in job_ids]
+        (values,) = await self.run_async([ScriptCall("cancel_flags", flags, [])])
+        return [text(value) for value in values]
+
+    async def cancel_request(self, job_id: str) -> str:
+        """The cancel flag of one job: the take it names, "" when none."""
+        return (await self.cancel_requests([job_id]))[0]
 
     def counter(self, name: str) -> int:
         """Counter ``name``'s value (0 when never counted)."""

@@ -155,7 +155,9 @@ class StreamBroker:
                 if purged(job := decode_job(fields.get(JOB_FIELD)), task)
             ]
             if picked:
-                script_keys = [stream, *(self._keys.job(job_id) for _, job_id in picked)]
+                script_keys = [stream]
+                for _, job_id in picked:
+                    script_keys += self._keys.job_record_keys(job_id)
                 args: list[Arg] = [GROUP, *(entry_id for entry_id, _ in picked)]
                 deleted += int(await scripts.run(ScriptCall("purge_stream", script_keys, args)))
             if len(entries) < chunk:

@@ -35,6 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from lockgate.app import App
@@ -44,7 +45,7 @@ from lockgate.errors import AccessDenied, LockgateError
 from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
-from lockgate.outcome import dead
+from lockgate.outcome import CANCELLED, dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.registry import Registry
 from lockgate.runner import Ending, JobRunner, TaskPool, isolated
@@ -375,7 +376,7 @@ class Worker:
                         delivery.job_id, job.task if job else "?",
                         job.attempt if job else 0, ending.outcome.error.type,
                         ending.outcome.error.message, ending.outcome.delay)  # fmt: skip
-        self._settler.add(ending)
+        self._settler.add(await self._unless_cancelled(ending))
 
     def _applied(self, ending: Ending, owned: bool) -> None:
         self._wake.set()  # a slot may be free, and a burst worker may be done
@@ -427,18 +428,43 @@ class Worker:
 
     async def _cancel_loop(self) -> None:
         """Look for ``App.cancel`` requests of the jobs running here, every
-        ``CANCEL_LOOK`` seconds while any runs (one MGET), and pass them to the runner."""
-        assert self._consumer is not None and self._runner is not None
+        ``CANCEL_LOOK`` seconds while any runs (one read), and pass them to the runner.
+
+        A server that refuses the read (an ACL without it) turns cancellation of running
+        jobs off, logged once: it must not stop the jobs themselves."""
+        assert self._runner is not None
         while not self._closing.is_set():
             await self._unless_stopping(asyncio.sleep(CANCEL_LOOK), closing=True)
             running = [d for d in self._running.values() if d.job is not None]
             if self._closing.is_set() or not running:
                 continue
-            ids = [d.job_id for d in running]
-            flags = await self.app.store.cancel_requests(self._consumer.client, ids)
+            try:
+                flags = await self.app.store.cancel_requests([d.job_id for d in running])
+            except AccessDenied as e:
+                log.warning("running jobs cannot be cancelled here: %s", e)
+                return
             for delivery, take in zip(running, flags, strict=True):
                 if take:
                     self._runner.cancel(delivery.job_id, take)
+
+    async def _unless_cancelled(self, ending: Ending) -> Ending:
+        """A run about to be put back (a retry, a busy claim, a rate limit) whose job was
+        cancelled meanwhile ends cancelled: put back under a new take, the cancel request
+        (which names this take) would never reach it."""
+        delivery = ending.delivery
+        if ending.outcome.kind != "retry" or delivery.job is None:
+            return ending
+        try:
+            take = await self.app.store.cancel_request(delivery.job_id)
+        except LockgateError as e:  # the request is kept; the next run looks again
+            log.debug("job %s: cancel request not read (%s)", delivery.job_id, e)
+            return ending
+        if take and take in (delivery.ref, delivery.owner):
+            log.info("job %s (%s): cancelled instead of put back", delivery.job_id,
+                     delivery.job.task)  # fmt: skip
+            # A run left going past its timeout keeps its claim until it ends.
+            ending.outcome = replace(CANCELLED, claim=ending.outcome.claim)
+        return ending
 
     # stopping
 
@@ -482,6 +508,8 @@ class Worker:
         _, stuck = await asyncio.wait(helpers, timeout=5)
         for helper in stuck:
             helper.cancel()
+        if stuck:  # give a cancelled helper's call in flight the time to end first
+            await asyncio.wait(stuck, timeout=1)
         # The last settles' counts, and off the registry, once its loop ended (no heartbeat
         # of that loop can land after the removal and list a stopped worker again).
         await self._registry.close()

@@ -142,6 +142,11 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
     async def record_once() -> None:
         runs.record(current_job().job_id)
 
+    @app.task
+    async def slow() -> None:  # runs past the worker's look for cancel requests
+        await asyncio.sleep(0.4)
+        runs.record(current_job().job_id)
+
     @app.task(retries=2)
     async def flaky() -> None:
         runs.record(current_job().job_id)
@@ -172,11 +177,15 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert app.cooldown("mail", 60) and not app.cooldown("mail", 60)
         worker = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
         await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+        # Alone, so the run above still waits idle for the delayed job (XREAD).
+        assert slow.enqueue(job_id="slow").created
+        worker = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
+        await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
         stats = await queue_stats(app)
     finally:
         await close(app)
 
-    plain = ["sync", "async", *(f"many-{n}" for n in range(5)), "delayed", "in-a-thread"]
+    plain = ["sync", "async", *(f"many-{n}" for n in range(5)), "delayed", "in-a-thread", "slow"]
     assert runs.counts() == {**once([*plain, "idempotent", "doomed"]), "flaky": 2}
     assert all(row.waiting == row.pending == row.delayed == 0 for row in stats.levels)
     assert stats.dead_letters == 1

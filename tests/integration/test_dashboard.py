@@ -44,7 +44,8 @@ def serve() -> Iterator[Serve]:
 
     def start(app: App | FastAPI, **options: object) -> TestClient:
         asgi = app if isinstance(app, FastAPI) else create_app(app, **options)  # type: ignore[arg-type]
-        client = TestClient(asgi)
+        # From this machine, naming it: a dashboard without a token serves nothing else.
+        client = TestClient(asgi, base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000))
         client.__enter__()
         clients.append(client)
         return client
@@ -114,6 +115,22 @@ async def test_without_a_token_every_page_is_open(
     for path in ("/", "/dead", "/delayed", "/jobs?id=nope"):
         assert client.get(path).status_code == 200, path
     assert "Log out" not in client.get("/").text
+
+
+async def test_without_a_token_only_local_requests_naming_this_machine_are_served(
+    make_app: Callable[..., App],
+) -> None:
+    asgi = create_app(shop(make_app))
+    # A page elsewhere rebinding its name to 127.0.0.1 (its Host names another site), and
+    # a client on another machine (the dashboard mounted in a public app): both refused.
+    rebound = TestClient(asgi, base_url="http://evil.example", client=("127.0.0.1", 50000))
+    remote = TestClient(asgi, base_url="http://127.0.0.1:8700", client=("203.0.113.9", 50000))
+    local = TestClient(asgi, base_url="http://localhost:8700", client=("::1", 50000))
+    with rebound, remote, local:
+        assert rebound.get("/").status_code == 401
+        assert remote.get("/").status_code == 401
+        assert rebound.post("/do/purge-dead", data={"confirm": "yes"}).status_code in (401, 403)
+        assert local.get("/").status_code == 200
 
 
 async def test_with_a_token_a_request_without_it_gets_401(

@@ -309,3 +309,23 @@ def test_the_cli_asks_before_a_purge_at_a_terminal(
         assert code == 1, terminal.text
         assert "Aborted" in terminal.text
         assert queued(rclient, cli.app, job_ids) == job_ids
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_purged_job_does_not_answer_with_an_earlier_run_under_its_id(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    app = make_app(backend=backend)
+
+    @app.task(keep_result=60)
+    def receipt(n: int) -> str:
+        return f"receipt-{n}"
+
+    first = await receipt.enqueue_async(1, job_id="r")
+    await worker_for(app).run(burst=True)
+    assert await first.result_async(timeout=5) == "receipt-1"
+    second = await receipt.enqueue_async(2, job_id="r")
+    assert second.created and second.status() == "waiting"
+    assert await queues.purge(app, "default") == 1
+    # Never ran: the first run's status and result do not speak for it.
+    assert (await app.job_async("r")).status == "unknown"

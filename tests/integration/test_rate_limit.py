@@ -115,7 +115,8 @@ async def test_an_idle_limiter_leaves_no_key(
     async with running(worker_for(app)):
         await wait_until(lambda: ran, 5, "the first job ran")
         assert limiter_keys(rclient, app) == [key.encode()]
-        assert 0 < rclient.pttl(key) <= 500  # it lives until the next start's turn
+        # It lives until the next free start's turn (the second job reserved one).
+        assert 0 < rclient.pttl(key) <= 1000
         await wait_until(lambda: len(ran) == 2, 5, "the second job ran in its turn")
     await wait_until(lambda: not rclient.exists(key), 5, "the limiter expired")
 
@@ -148,7 +149,11 @@ async def test_a_throttled_job_goes_back_as_the_same_attempt_and_lets_its_claim_
         outcome = ending.outcome
         assert (outcome.kind, outcome.reason) == ("retry", "rate limited")
         assert 59.0 < outcome.delay <= 60.0
-        assert outcome.next_job == job  # attempt 2 and waits 3, unchanged
+        # The same attempt, counted as a put-back, its start reserved.
+        assert outcome.next_job == msgspec.structs.replace(job, waits=4, rate_reserved=True)
+        # Back at its turn, it starts without asking again.
+        back = await runner.run(_delivery(outcome.next_job, ReadClaim("tok-4", 1)))
+        assert back.outcome.kind == "done"
         # The claim its read took is let go when the ending settles, not kept waiting.
         assert ending.claim is not None and ending.claim.token == "tok-2"
         assert outcome.claim == "release"
@@ -159,8 +164,9 @@ async def test_a_throttled_job_goes_back_as_the_same_attempt_and_lets_its_claim_
         assert ending.outcome.kind == "done"
     finally:
         runner.pool.shutdown()
-    assert ran == []
-    assert rclient.get(app.keys.rate_limit("pay")) == turn  # a refusal records nothing
+    assert ran == ["A2"]
+    # The refusal reserved the next start: the limiter moved on by one interval.
+    assert int(rclient.get(app.keys.rate_limit("pay")) or 0) == int(turn or 0) + 60_000_000
 
 
 async def test_an_unreachable_limiter_puts_the_job_back_soon(

@@ -147,8 +147,8 @@ def purge_stream(
     """purge_stream of some entries of jobs enqueued by :func:`enqueue`, as a purge calls
     it: with the marker of each entry's job (read before the call)."""
     by_entry = {e: json.loads(f[b"job"])["id"] for e, f in rclient.xrange(stream)}
-    markers = [keys.job(by_entry.get(entry, "")) for entry in entries]
-    return int(run(scripts, "purge_stream", [stream, *markers], [GROUP, *entries]))
+    records = [k for entry in entries for k in keys.job_record_keys(by_entry.get(entry, ""))]
+    return int(run(scripts, "purge_stream", [stream, *records], [GROUP, *entries]))
 
 
 @pytest.fixture
@@ -189,7 +189,8 @@ def test_purge_stream_deletes_only_a_marker_that_names_the_entry(
     undecodable = rclient.xadd(mail, {"job": b"\xff not json"})
     # The id of an entry that cannot be decoded is unknown: the marker of the id ''.
     args = [GROUP, entry, undecodable]
-    assert run(scripts, "purge_stream", [mail, keys.job("a"), keys.job("")], args) == 2
+    script_keys = [mail, *keys.job_record_keys("a"), *keys.job_record_keys("")]
+    assert run(scripts, "purge_stream", script_keys, args) == 2
     assert rclient.xlen(mail) == 0
     assert rclient.get(keys.job("a")) == b"delayed 1 mail:normal"
 
@@ -197,7 +198,8 @@ def test_purge_stream_deletes_only_a_marker_that_names_the_entry(
 def test_purge_stream_of_a_missing_stream_deletes_nothing(
     scripts: SyncScripts, keys: Keys, mail: str
 ) -> None:
-    assert run(scripts, "purge_stream", [mail, keys.job("a")], [GROUP, "1-0"]) == 0
+    script_keys = [mail, *keys.job_record_keys("a")]
+    assert run(scripts, "purge_stream", script_keys, [GROUP, "1-0"]) == 0
 
 
 def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
@@ -208,7 +210,8 @@ def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
     assert take(scripts, keys, q, limit=1) == [b"run"]
     ids = ["run", "a", "b"]
     script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners]
-    assert run(scripts, "purge_sorted", [*script_keys, *map(keys.job, ids)], ids) == 2
+    records = [k for job_id in ids for k in keys.job_record_keys(job_id)]
+    assert run(scripts, "purge_sorted", [*script_keys, *records], ids) == 2
     assert rclient.zrange(q.waiting, 0, -1) == [b"c"]
     assert rclient.zrange(q.inflight, 0, -1) == [b"run"]
     assert sorted(rclient.hkeys(q.payloads)) == [b"c", b"run"]
@@ -218,4 +221,5 @@ def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
         "run", "c"
     ]  # fmt: skip
     # A second chunk of the same ids finds nothing left.
-    assert run(scripts, "purge_sorted", [*script_keys, *map(keys.job, ids)], ids) == 0
+    records = [k for job_id in ids for k in keys.job_record_keys(job_id)]
+    assert run(scripts, "purge_sorted", [*script_keys, *records], ids) == 0

@@ -32,9 +32,9 @@ def test_a_start_is_recorded_and_the_next_waits_one_interval(
     assert 9_000 < rclient.pttl(key) <= 10_000
     wait_ms = ask(scripts, key, TEN_S_US)
     assert 9_000 < wait_ms <= 10_000
-    # A refusal writes nothing: the next start is still one interval after the first.
-    assert int(rclient.get(key) or 0) == server_us
-    assert 9_000 < ask(scripts, key, TEN_S_US) <= wait_ms
+    # A refusal reserves the next start for its caller: the one after waits twice as long.
+    assert int(rclient.get(key) or 0) == server_us + TEN_S_US
+    assert 19_000 < ask(scripts, key, TEN_S_US) <= wait_ms + 10_000
 
 
 def test_a_burst_allows_that_many_starts_at_once(
@@ -42,8 +42,9 @@ def test_a_burst_allows_that_many_starts_at_once(
 ) -> None:
     key = keys.rate_limit("charge")
     assert [ask(scripts, key, TEN_S_US, burst=3) for _ in range(3)] == [0, 0, 0]
-    assert 9_000 < ask(scripts, key, TEN_S_US, burst=3) <= 10_000
     assert 29_000 < rclient.pttl(key) <= 30_000
+    assert 9_000 < ask(scripts, key, TEN_S_US, burst=3) <= 10_000  # reserved: one more
+    assert 39_000 < rclient.pttl(key) <= 40_000
 
 
 def test_limiters_are_per_task_and_namespace(

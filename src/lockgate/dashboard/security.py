@@ -112,6 +112,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_of(header: str | None) -> str:
+    """The host name of an HTTP ``Host`` header (its port, if any, dropped)."""
+    value = (header or "").strip()
+    if value.startswith("["):  # [::1]:8700
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def local_request(host_header: str | None, client: str | None) -> bool:
+    """Whether a request came from this machine and named it: the only requests a
+    dashboard without a token serves. A page elsewhere that the operator opens cannot
+    reach it through DNS rebinding (its Host names another site), and a dashboard
+    mounted in a public app without a token serves no one from outside."""
+    return is_loopback(host_of(host_header)) and client is not None and is_loopback(client)
+
+
 def bind_refusal(host: str, token: str | None) -> str | None:
     """Why the dashboard must not start on ``host``, or None when it may.
 

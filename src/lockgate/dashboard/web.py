@@ -46,6 +46,7 @@ from lockgate.dashboard.security import (
     csrf_token,
     csrf_valid,
     derive_key,
+    local_request,
     login_cookie,
     login_valid,
     new_session,
@@ -162,7 +163,8 @@ class Dashboard:
 
     def _authorised(self, request: Request) -> bool:
         if self.token is None:
-            return True
+            client = request.client.host if request.client is not None else None
+            return local_request(request.headers.get("host"), client)
         if token_matches(self.token, bearer(request.headers.get("authorization"))):
             return True
         return login_valid(self.key, request.cookies.get(LOGIN_COOKIE), time.time())

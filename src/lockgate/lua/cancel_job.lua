@@ -75,6 +75,7 @@ if string.match(placed, '^sorted ') then
   redis.call('HDEL', KEYS[4], job_id)
   redis.call('HDEL', KEYS[9], job_id)
   redis.call('HDEL', KEYS[7], job_id)
+  redis.call('HDEL', KEYS[10], job_id)
   return removed(payload or nil)
 end
 return 'gone'

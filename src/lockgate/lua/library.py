@@ -45,6 +45,7 @@ ScriptName = Literal[
     "settle_sorted",
     "job_status",
     "cancel_job",
+    "cancel_flags",
     "rate_limit",
 ]
 Flag = Literal["allow-oom", "no-writes"]
@@ -73,6 +74,7 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "stats_stream": NO_WRITES,
     "stats_sorted": NO_WRITES,
     "job_status": NO_WRITES,
+    "cancel_flags": NO_WRITES,
     # Cancelling removes a job and writes a small record: refused under OOM like enqueue.
     "cancel_job": (),
     # A start writes a small limiter key, like a claim outside a read: refused under OOM

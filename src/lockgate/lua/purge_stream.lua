@@ -1,14 +1,17 @@
 -- purge_stream.lua: delete one chunk of a stream's waiting jobs (a purge reads the next
 -- entries after the group's last-delivered id, then calls this for them, up to a thousand
 -- at a time, so Redis is never blocked by one long call).
--- KEYS: the stream, then the marker (Keys.job) of each entry's job, one per entry id in
---       ARGV (for an entry whose job id cannot be read, the marker of the id '': no
---       marker names that entry, so none is deleted)
+-- KEYS: the stream, then three keys of each entry's job, one triple per entry id in ARGV:
+--       its marker (Keys.job), status and result keys (Keys.status, Keys.result: an
+--       earlier job's under the same id must not answer for this one); for an entry
+--       whose job id cannot be read, those of the id '' (no marker names that entry, so
+--       none is deleted)
 -- ARGV: group, then the entry ids (one per marker key)
 -- Touches: XINFO GROUPS; XDEL of each entry the group has not delivered yet (an id after
 --          its last-delivered id: a worker's read between the caller's XRANGE and this call
 --          made the entries it took pending, and those stay); DEL of the entry's marker
---          when it still names that entry (see _marker.lua), which frees the job id. Running
+--          when it still names that entry (see _marker.lua), which frees the job id, and of
+--          its status and result keys. Running
 --          (pending) entries, the delayed set and the stream key itself (its group) stay.
 -- Returns: how many entries were deleted.
 
@@ -34,12 +37,12 @@ for _, row in ipairs(groups) do
 end
 local deleted = 0
 for i = 2, #ARGV do
-  local entry, marker = ARGV[i], KEYS[i]
+  local entry, marker = ARGV[i], KEYS[3 * i - 4]
   if later(entry, delivered) and redis.call('XDEL', stream, entry) == 1 then
     deleted = deleted + 1
     local placed = redis.call('GET', marker)
     if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' ') then
-      redis.call('DEL', marker)
+      redis.call('DEL', marker, KEYS[3 * i - 3], KEYS[3 * i - 2])
     end
   end
 end

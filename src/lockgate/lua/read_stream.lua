@@ -59,7 +59,7 @@ end
 local function point_marker(stream, job, entry)
   local ok, decoded = pcall(cjson.decode, job)
   if not ok or type(decoded) ~= 'table' or type(decoded.id) ~= 'string' then return end
-  local marker = string.match(stream, '^(.*):stream:') .. ':job:' .. decoded.id
+  local marker = string.match(stream, '^(.-):stream:') .. ':job:' .. decoded.id
   local placed = redis.call('GET', marker)
   if placed and string.match(placed, '^delayed') then
     redis.call('SET', marker, entry .. ' ' .. place_of(stream))
