@@ -267,6 +267,9 @@ class CommitWatcher:
         self._changed = threading.Condition(threading.Lock())
         self._servers: dict[str, _Server] = {}
         self._retries: list[_Send] = []
+        # Committed, out of a server's waiting list and being sent now: still pending for
+        # drain() until the send landed or was scheduled again.
+        self._sending: set[_Send] = set()
         self._thread: threading.Thread | None = None
         self._fresh = False  # work added since the thread last looked
         self._exiting = False
@@ -320,7 +323,11 @@ class CommitWatcher:
     # with the lock held
 
     def _pending(self) -> bool:
-        return bool(self._retries) or any(s.waiting for s in self._servers.values())
+        return (
+            bool(self._retries)
+            or bool(self._sending)
+            or any(s.waiting for s in self._servers.values())
+        )
 
     def _wake(self) -> None:
         self._fresh = True
@@ -426,6 +433,8 @@ class CommitWatcher:
                         self._schedule(send)
                     elif send in self._retries:
                         self._retries.remove(send)
+                    self._sending.discard(send)
+                self._changed.notify_all()
             if error is not None:
                 logger.warning(
                     "%d job(s) whose transaction committed not enqueued yet (%s); retrying "
@@ -453,6 +462,7 @@ class CommitWatcher:
                 server.waiting.remove(send)
                 if status == "committed":
                     committed.append(send)
+                    self._sending.add(send)
                 elif status == "aborted":
                     logger.debug("%s not enqueued: its transaction rolled back", send.label)
                 elif status is None:
