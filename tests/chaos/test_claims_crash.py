@@ -107,10 +107,13 @@ def test_an_idempotent_job_whose_worker_was_killed_runs_again_and_completes_once
     assert rclient.lrange(key("completed"), 0, -1) == []
 
     second = worker(spawn)
-    wait_until_sync(
-        lambda: rclient.llen(key("completed")) or second.popen.poll() is not None,
-        message="the second worker completed the job",
-    )
+    try:
+        wait_until_sync(
+            lambda: rclient.llen(key("completed")) or second.popen.poll() is not None,
+            message="the second worker completed the job",
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nsecond worker's log:\n{second.tail()}") from None
     assert second.popen.poll() is None, second.tail()
     stream = app.keys.stream("default", "normal")
     wait_until_sync(lambda: job_ended(rclient, app.keys, "order-A1"), message="acked")
