@@ -38,6 +38,7 @@ from lockgate.idempotency import (
 )
 from lockgate.keys import Keys
 from lockgate.lua import AsyncScripts, SyncScripts
+from lockgate.partitions import check_partitions
 from lockgate.ratelimit import Rate, parse_rate
 from lockgate.retry import Backoff, RetryPolicy, check_expiry
 from lockgate.status import FinalRecord, JobInfo, Poll, Status, answer, job_info, settled
@@ -390,10 +391,18 @@ class App:
             with its times and attempts) stays readable by ``App.job``, then reads
             ``unknown``: about 300 B of Redis memory per job ended in that window. None
             or 0: not kept.
+        partitions: how many partitions (hash tags, so Redis Cluster slots) the
+            namespace's jobs are spread over, fixed for its life: 1 keeps every key
+            under one tag (one primary of a cluster); more spread the jobs, and their
+            load and memory, over the cluster's primaries (see
+            :mod:`lockgate.partitions`). Producers and workers must agree: a count other
+            than the one recorded in Redis is a ``ConfigError`` at the first connection.
+            The sorted backend has one partition.
 
     Raises:
         ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
-            limit, or a ``legacy_markers`` that is not a bool.
+            limit, a ``legacy_markers`` that is not a bool, or a bad ``partitions``
+            (several with the sorted backend).
     """
 
     def __init__(
@@ -409,6 +418,7 @@ class App:
         dead_letter_max_age: float | timedelta | None = timedelta(days=30),
         legacy_markers: bool = False,
         status_ttl: float | timedelta | None = timedelta(minutes=10),
+        partitions: int = 1,
     ) -> None:
         url = resolve_redis_url(redis_url)
         self.namespace = check_name(namespace, "namespace")
@@ -448,7 +458,15 @@ class App:
         self.legacy_markers = legacy_markers
         kept = 0.0 if status_ttl is None else seconds(status_ttl, "status_ttl")
         self.status_ttl_ms: int = max(1, round(kept * 1000)) if kept else 0
-        self.store = Store(url, self.namespace, self.levels, backend, self.aging_seconds)
+        self.partitions = check_partitions(partitions)
+        if partitions > 1 and backend != "streams":
+            raise ConfigError(
+                f"partitions={partitions} needs backend='streams': the sorted backend keeps "
+                "one partition (one ranked set per queue)"
+            )
+        self.store = Store(
+            url, self.namespace, self.levels, backend, self.aging_seconds, self.partitions
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # of the @cron tasks, by task name
         self.lease_keeper = LeaseKeeper(self)

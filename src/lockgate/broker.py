@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from lockgate import codec, faults
@@ -20,6 +20,7 @@ from lockgate.codec import Job
 from lockgate.connections import AsyncClient
 from lockgate.errors import BrokerError, SerializationError
 from lockgate.faults import translated
+from lockgate.keys import Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
 
@@ -93,6 +94,10 @@ class ReadClaims:
     lease: float
     done_prefix: str
     legacy_markers: bool = False
+
+    def on(self, keys: Keys) -> ReadClaims:
+        """The same claims, taken in the partition of ``keys`` (where its jobs live)."""
+        return replace(self, prefix=keys.claim(""), done_prefix=keys.done_bucket_prefix)
 
     def args(self, token: str) -> list[Arg]:
         """The read script's claim arguments, for a read whose tokens start ``token``."""
@@ -213,10 +218,20 @@ class Outgoing:
 
 @dataclass(frozen=True, slots=True)
 class EnqueuePlan:
-    """Script calls that enqueue jobs, and which jobs (by position) each call carries."""
+    """Script calls that enqueue jobs, which jobs (by position) each call carries, and
+    each job's queue when idle workers are woken per job (a partitioned namespace)."""
 
     calls: list[ScriptCall]
     positions: list[list[int]]
+    queues: Sequence[str] = ()
+
+    def wakeups(self, created: Sequence[bool]) -> dict[str, int]:
+        """Per queue, how many of its jobs were added (none when no one is woken per job)."""
+        counts: dict[str, int] = {}
+        for queue, added in zip(self.queues, created, strict=False):
+            if added:
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
 
     def created(self, replies: Sequence[Sequence[Any]]) -> list[bool]:
         """Per job, in the caller's order: False when its id was already queued or running.

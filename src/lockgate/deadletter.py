@@ -108,15 +108,16 @@ def _parse(entry_id: Any, flat: Any) -> DeadLetter:
 
 def list_dead(app: App, limit: int = 1000) -> list[DeadLetter]:
     """The oldest ``limit`` dead letters, oldest first."""
-    entries = app.store.dead_entries(count=limit)
+    entries = app.store.dead.entries(count=limit)
     return [_parse(entry_id, fields) for entry_id, fields in entries]
 
 
 def show_dead(app: App, entry_id: str) -> DeadLetter | None:
-    """One dead letter by its id, or None (also for a string that is no stream id)."""
-    if not STREAM_ID.match(entry_id):
+    """One dead letter by its id, or None (also for a string that is no letter id: a
+    stream entry id, ``<partition>/<entry id>`` in a partitioned namespace)."""
+    if not STREAM_ID.match(entry_id.rpartition("/")[2]):
         return None
-    entries = app.store.dead_entries(entry_id, entry_id, count=1)
+    entries = app.store.dead.entry(entry_id)
     return _parse(*entries[0]) if entries else None
 
 
@@ -213,7 +214,7 @@ def replay(
         if not created:
             results.append(Replayed(letter.id, fresh.id, "taken", "a job with this id is queued"))
             continue
-        app.store.dead_delete(letter.id)
+        app.store.dead.delete(letter.id)
         results.append(Replayed(letter.id, fresh.id, "enqueued"))
     return results
 
@@ -222,10 +223,13 @@ def trim_args(app: App) -> list[int]:
     """ARGV of the scripts that trim the dead-letter stream (pure).
 
     Returns:
-        ``[max entries, max age in ms]`` from the app's ``dead_letter_max_len`` and
+        ``[max entries, max age in ms]`` from the app's ``dead_letter_max_len`` (shared
+        by its partitions' streams, see :mod:`lockgate.dead_store`) and
         ``dead_letter_max_age``; 0 means no limit.
     """
-    return [app.dead_letter_max_len, app.dead_letter_max_age_ms]
+    partitions = app.store.layout.partitions
+    max_len = -(-app.dead_letter_max_len // partitions)  # rounded up; 0 stays 0
+    return [max_len, app.dead_letter_max_age_ms]
 
 
 def trim(app: App) -> int:
@@ -242,7 +246,7 @@ def trim(app: App) -> int:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    return app.store.dead_trim(*trim_args(app))
+    return app.store.dead.trim(*trim_args(app))
 
 
 def purge(app: App) -> int:
@@ -258,9 +262,9 @@ def purge(app: App) -> int:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    return app.store.dead_purge()
+    return app.store.dead.purge()
 
 
 def count_dead(app: App) -> int:
     """How many dead letters there are."""
-    return app.store.dead_count()
+    return app.store.dead.count()

@@ -83,9 +83,10 @@ async def delayed_jobs(
                     if raw is not None:
                         found.append(_job(raw, due_ms, queue, "*", text(member)))
                 continue
-            for level in app.levels.names:
-                entries = await _soonest(client, keys.delayed(queue, level), limit)
-                found.extend(_job(raw, due_ms, queue, level) for raw, due_ms in entries)
+            for part in app.store.layout.parts:
+                for level in app.levels.names:
+                    entries = await _soonest(client, part.delayed(queue, level), limit)
+                    found.extend(_job(raw, due_ms, queue, level) for raw, due_ms in entries)
     found.sort(key=lambda job: job.due_at)
     return found[:limit]
 

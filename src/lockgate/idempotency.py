@@ -154,6 +154,9 @@ class Claim:
             a marker tagged with another task does not count as done here.
         token: the owner token (default: a new random one); given for a claim that the
             worker's read took already.
+        job_id: for the claim of an ``idempotent=True`` task's job: the job's id; the
+            claim then lives in the job's partition (see :mod:`lockgate.partitions`), so
+            the job's settle writes its done marker with the ack.
 
     Raises (on entry):
         AlreadyProcessed: the key is done (``StepDone`` for a step).
@@ -174,6 +177,7 @@ class Claim:
         legacy_key: str | None = None,
         legacy_scope: str = "",
         token: str | None = None,
+        job_id: str | None = None,
     ) -> None:
         self.key = check_key(key)
         self.ttl = seconds(ttl, f"ttl for {key!r}")
@@ -187,11 +191,12 @@ class Claim:
         self.step = step
         self.token = token or uuid.uuid4().hex
         self.lost = False
-        self._redis_key = app.store.claim_key(key)
-        self._legacy_key = app.store.claim_key(legacy_key) if legacy_key is not None else None
-        self._legacy_scope = legacy_scope
         # Read once: the claim and its settle agree on where and how markers are written.
-        self.done_prefix = app.store.done_prefix
+        self._redis_key, self.done_prefix = app.store.claim_place(key, job_id)
+        self._legacy_key = (
+            app.store.claim_place(legacy_key, job_id)[0] if legacy_key is not None else None
+        )
+        self._legacy_scope = legacy_scope
         self.legacy_markers = app.legacy_markers
 
     @property

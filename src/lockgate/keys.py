@@ -1,7 +1,9 @@
 """Every Redis key name lockgate uses, in one place.
 
 All keys of a namespace share the hash tag ``{namespace}``, so every script's keys live in
-one Redis Cluster slot. Nothing outside this module builds a key name.
+one Redis Cluster slot; a partitioned namespace (see :mod:`lockgate.partitions`) has one
+such set of keys per partition, each under its own tag. Nothing outside these two modules
+builds a key name.
 """
 
 from __future__ import annotations
@@ -21,16 +23,30 @@ DONE_BUCKET_DIGITS = 3  # hex digits of SHA1(claim key) naming the bucket: 16**3
 DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
 
 
+def done_marker_place(prefix: str, claim_key: str) -> tuple[str, str]:
+    """The bucket and member of a claim key's done marker under a done prefix: the
+    prefix plus the first 3 hex digits of the key's SHA1, or the prefix itself when it does
+    not end in ``:`` (a bucket of its own, see ``lua/_done_marker.lua``)."""
+    digest = hashlib.sha1(claim_key.encode()).hexdigest()
+    member = digest[DONE_BUCKET_DIGITS : DONE_BUCKET_DIGITS + DONE_MEMBER_DIGITS]
+    if not prefix.endswith(":"):
+        return prefix, member
+    return prefix + digest[:DONE_BUCKET_DIGITS], member
+
+
 @dataclass(frozen=True)
 class Keys:
-    """Key names for one namespace."""
+    """Key names for one namespace (or one partition of it: ``tag``, see
+    :mod:`lockgate.partitions`)."""
 
     namespace: str
+    tag: str = ""
 
     @cached_property
     def prefix(self) -> str:
-        """Common prefix; the braces make the namespace the Cluster hash tag."""
-        return f"lockgate:{{{self.namespace}}}"
+        """Common prefix; the braces make the namespace (or the partition's tag) the
+        Cluster hash tag."""
+        return f"lockgate:{{{self.tag or self.namespace}}}"
 
     def stream(self, queue: str, level: str) -> str:
         """The stream holding one queue's jobs of one priority level."""
@@ -64,12 +80,7 @@ class Keys:
             (the bucket's key, the member): the first 3 hex digits of the key's SHA1 name
             the bucket, the next 24 are the member.
         """
-        digest = hashlib.sha1(claim_key.encode()).hexdigest()
-        member_end = DONE_BUCKET_DIGITS + DONE_MEMBER_DIGITS
-        return (
-            self.done_bucket_prefix + digest[:DONE_BUCKET_DIGITS],
-            digest[DONE_BUCKET_DIGITS:member_end],
-        )
+        return done_marker_place(self.done_bucket_prefix, claim_key)
 
     @staticmethod
     def job_claim_name(task: str, job_id: str) -> str:
@@ -109,6 +120,17 @@ class Keys:
     def dead(self) -> str:
         """The dead-letter stream of the namespace."""
         return f"{self.prefix}:dead"
+
+    def partitions(self) -> str:
+        """How many partitions the namespace has (see :mod:`lockgate.partitions`): written
+        by the first client to connect, checked by every other."""
+        return f"{self.prefix}:partitions"
+
+    def wakeup(self, queue: str) -> str:
+        """A partitioned namespace's wake-up list of ``queue``: a producer pushes one item
+        per job it adds, an idle worker pops one (BLPOP), so an enqueue wakes about as many
+        workers as it brings jobs."""
+        return f"{self.prefix}:wakeup:{queue}"
 
     def paused(self) -> str:
         """The namespace's paused queues: workers take none of their jobs (the read

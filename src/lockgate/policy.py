@@ -108,3 +108,58 @@ def aging_boost_us(level_index: int, levels: int, aging_seconds: float) -> int:
 def reconnect_delay(failures: int, *, base: float = 0.1, cap: float = 5.0) -> float:
     """Seconds to wait before the next try after ``failures`` consecutive failures."""
     return float(min(cap, base * 2.0 ** min(failures, 16)))
+
+
+def spread_read(
+    waiting: Sequence[Sequence[int]],
+    stream_levels: Sequence[int],
+    quotas: Sequence[int],
+    free: int,
+    start: int = 0,
+) -> list[list[int]]:
+    """A read of ``free`` jobs planned over the partitions of a namespace (pure).
+
+    The read script's two passes, taken across partitions from counts of the jobs waiting
+    in each: first each level's quota, then what is left in precedence order, so the plan
+    takes no more than ``free``, nor a lower job while a higher one waits anywhere. Within
+    a level it takes one job at a time from each stream with jobs left, partitions in turn
+    from ``start`` (a rotation, so none is always first).
+
+    Args:
+        waiting: per partition, the jobs waiting in each stream.
+        stream_levels: each stream's level index (the same streams in every partition).
+        quotas: the policy's quota per level.
+        free: free slots.
+        start: the partition served first.
+
+    Returns:
+        Per partition, how many jobs to read from each stream.
+    """
+    parts = len(waiting)
+    left = [list(counts) for counts in waiting]
+    plan = [[0] * len(stream_levels) for _ in range(parts)]
+    order = [(start + i) % parts for i in range(parts)]
+
+    def take(level: int, want: int) -> int:
+        streams = [k for k, at in enumerate(stream_levels) if at == level]
+        given = 0
+        while given < want:
+            before = given
+            for p in order:
+                for k in streams:
+                    if given < want and left[p][k] > 0:
+                        left[p][k] -= 1
+                        plan[p][k] += 1
+                        given += 1
+            if given == before:
+                break
+        return given
+
+    remaining = free
+    for level, quota in enumerate(quotas):
+        remaining -= take(level, min(quota, remaining))
+    for level in range(len(quotas)):
+        if remaining <= 0:
+            break
+        remaining -= take(level, remaining)
+    return plan

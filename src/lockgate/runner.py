@@ -286,6 +286,7 @@ class JobRunner:
             self.app, Keys.job_claim_name(task.name, job.id), ttl=task.idempotency_ttl,
             lease=self.config.claim_lease_seconds,
             legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name, token=token,
+            job_id=job.id,
         )  # fmt: skip
 
     async def _claim(

@@ -28,17 +28,18 @@ from lockgate.connections import (
     server_warnings,
     sync_client,
 )
+from lockgate.dead_store import PURGE_CHUNK, DeadLetters
 from lockgate.errors import ConfigError
 from lockgate.faults import translated
-from lockgate.keys import GROUP, Keys
+from lockgate.keys import GROUP
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
+from lockgate.partitioned import WAKEUPS_MAX, wakeup_call
+from lockgate.partitions import Layout, partition_of
 from lockgate.ratelimit import Rate
 from lockgate.registry import SWEEP_AFTER, WorkerInfo, decode, encode
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
 
-# Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
-PURGE_CHUNK = 1000
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).
 CANCEL_FLAG_MS = 3_600_000
@@ -50,22 +51,35 @@ class Store:
 
     Args:
         url: the Redis URL (one server, cluster seeds, or a Sentinel service).
-        namespace: the key namespace (one Cluster hash tag).
+        namespace: the key namespace (one Cluster hash tag per partition).
         levels: the App's priority levels.
         backend: ``streams`` or ``sorted``.
         aging_seconds: the sorted backend's head start per level.
+        partitions: how many partitions the namespace has (see
+            :mod:`lockgate.partitions`; the sorted backend has one).
     """
 
     def __init__(
-        self, url: str, namespace: str, levels: Levels, backend: Backend, aging_seconds: float
+        self,
+        url: str,
+        namespace: str,
+        levels: Levels,
+        backend: Backend,
+        aging_seconds: float,
+        partitions: int = 1,
     ) -> None:
         self.url = url
-        self.keys = Keys(namespace)
+        self.layout = Layout(namespace, partitions)
+        self.keys = self.layout.base
         self.broker: Broker = (
-            StreamBroker(self.keys, levels)
+            StreamBroker(self.layout, levels)
             if backend == "streams"
             else SortedBroker(self.keys, levels, aging_seconds)
         )
+        self.dead = DeadLetters(self)
+        # Whether Redis agreed with this App's partition count (once, before the first
+        # script call or a worker's start).
+        self._partitions_checked = False
         self._lock = threading.Lock()
         self._sync: tuple[SyncClient, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
@@ -79,6 +93,53 @@ class Store:
                 client = sync_client(self.url)
                 self._sync = (client, SyncScripts(client))
             return self._sync
+
+    def _partition_record(self) -> tuple[str, int]:
+        return self.keys.partitions(), self.layout.partitions
+
+    def _check_partitions(self, recorded: Any) -> None:
+        """Raise unless the namespace's recorded partition count (None: none was, this
+        client's SET NX wrote it) is this App's.
+
+        Raises:
+            ConfigError: they differ.
+        """
+        if recorded is None or text(recorded) == str(self.layout.partitions):
+            self._partitions_checked = True
+            return
+        raise ConfigError(
+            f"namespace {self.layout.namespace!r} has {text(recorded)} partition(s) in Redis "
+            f"but this App says partitions={self.layout.partitions}: producers and workers "
+            "of a namespace must agree (the count is fixed for its life)"
+        )
+
+    async def _checked_async(self, client: AsyncClient) -> AsyncClient:
+        """``client``, once the namespace's partition count agrees (else it is closed)."""
+        try:
+            with translated(self.url):
+                recorded = await client.set(*self._partition_record(), nx=True, get=True)
+            self._check_partitions(recorded)
+        except BaseException:
+            await client.aclose()
+            raise
+        return client
+
+    def _first_call_checks(self, client: SyncClient) -> None:
+        """Before this Store's first script call: the namespace's partition count agrees.
+
+        Raises:
+            ConfigError: it does not.
+        """
+        if not self._partitions_checked:
+            with translated(self.url):
+                self._check_partitions(client.set(*self._partition_record(), nx=True, get=True))
+
+    async def _first_call_checks_async(self, client: AsyncClient) -> None:
+        """Async :meth:`_first_call_checks`."""
+        if not self._partitions_checked:
+            with translated(self.url):
+                recorded = await client.set(*self._partition_record(), nx=True, get=True)
+            self._check_partitions(recorded)
 
     async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
         """The running loop's async client and its scripts (created on first use)."""
@@ -103,7 +164,7 @@ class Store:
             BrokerError: the server refused the client.
         """
         client = await connect_worker_client(self.url, max_connections=max_connections)
-        return client, await server_warnings(client)
+        return await self._checked_async(client), await server_warnings(client)
 
     def retarget(self, url: str) -> None:
         """Use another URL from now on (the CLI's ``--url``); the sync client closes.
@@ -120,6 +181,7 @@ class Store:
                 self._sync[0].close()
                 self._sync = None
             self.url = url
+            self._partitions_checked = False
 
     def adopt_async_client(self, client: AsyncClient) -> None:
         """Use ``client`` for this loop's async calls, unless the loop already has one."""
@@ -161,13 +223,15 @@ class Store:
 
     def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run script calls in one round trip per node (sync); errors translated."""
-        _, scripts = self.sync_connection()
+        client, scripts = self.sync_connection()
+        self._first_call_checks(client)
         with translated(self.url):
             return scripts.run_all(calls) if calls else []
 
     async def run_async(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Async :meth:`run`."""
-        _, scripts = await self.async_connection()
+        client, scripts = await self.async_connection()
+        await self._first_call_checks_async(client)
         with translated(self.url):
             return await scripts.run_all(calls) if calls else []
 
@@ -181,17 +245,35 @@ class Store:
     # jobs
 
     def enqueue(self, plan: EnqueuePlan) -> list[bool]:
-        """Run an enqueue plan; per job, False when its id was already queued or running."""
-        return plan.created(self.run(plan.calls))
+        """Run an enqueue plan; per job, False when its id was already queued or running.
+
+        In a partitioned namespace, then wake as many idle workers as it added jobs (up to
+        :data:`WAKEUPS_MAX`): only once the jobs landed, which on a cluster may be
+        another node than the wake-up lists'."""
+        created = plan.created(self.run(plan.calls))
+        if (call := self._wakeup_call(plan.wakeups(created))) is not None:
+            self.run([call])
+        return created
 
     async def enqueue_async(self, plan: EnqueuePlan) -> list[bool]:
         """Async :meth:`enqueue`."""
-        return plan.created(await self.run_async(plan.calls))
+        created = plan.created(await self.run_async(plan.calls))
+        if (call := self._wakeup_call(plan.wakeups(created))) is not None:
+            await self.run_async([call])
+        return created
+
+    def _wakeup_call(self, counts: Mapping[str, int]) -> ScriptCall | None:
+        """The call that pushes ``counts`` (queue -> items) to the wake-up lists."""
+        if not counts or not self.layout.partitioned:
+            return None
+        return wakeup_call(self.keys, counts)
 
     def read_claims(
         self, tasks: Sequence[str], lease_seconds: float, legacy_markers: bool
     ) -> ReadClaims:
-        """How a worker's reads claim the jobs of the idempotent ``tasks``."""
+        """How a worker's reads claim the jobs of the idempotent ``tasks`` (in the first
+        partition: a partitioned consumer moves them to each one's, see
+        :meth:`ReadClaims.on`)."""
         return ReadClaims(
             self.keys.claim(""), tuple(sorted(tasks)), lease_seconds,
             self.keys.done_bucket_prefix, legacy_markers,
@@ -219,26 +301,20 @@ class Store:
             queues, await self.run_async(self.broker.stats_calls(queues))
         )
         with translated(self.url):
-            dead = int(await client.xlen(self.keys.dead()))
+            dead = sum([int(await client.xlen(keys.dead())) for keys in self.layout.parts])
         return rows, dead
 
     # claims and counters
 
-    def claim_key(self, key: str) -> str:
-        """The Redis key of the idempotency claim on ``key``."""
-        return self.keys.claim(key)
-
-    @property
-    def done_prefix(self) -> str:
-        """The done-marker buckets' prefix (the claim scripts append a bucket's digits)."""
-        return self.keys.done_bucket_prefix
+    def claim_place(self, key: str, job_id: str | None = None) -> tuple[str, str]:
+        """The Redis key of the idempotency claim on ``key`` and its done markers' prefix
+        (see :meth:`lockgate.partitions.Layout.claim_place`)."""
+        return self.layout.claim_place(key, job_id)
 
     def incr_once(self, name: str, request_id: str, amount: int, ttl_ms: int) -> tuple[bool, int]:
         """Add ``amount`` to counter ``name`` unless ``request_id`` was counted."""
-        call = ScriptCall(
-            "incr_once", [self.keys.request(name, request_id), self.keys.counter(name)],
-            [ttl_ms, amount],
-        )  # fmt: skip
+        counter, requests = self.layout.counter_keys(name)
+        call = ScriptCall("incr_once", [requests + request_id, counter], [ttl_ms, amount])
         counted, value = self.run([call])[0]
         return bool(counted), int(value)
 
@@ -249,28 +325,28 @@ class Store:
     # marker did not change meanwhile, else the two steps run again.
 
     def _status_call(self, job_id: str, placed: str) -> ScriptCall:
-        keys = [self.keys.job(job_id), self.keys.result(job_id), self.keys.status(job_id)]
-        return ScriptCall(
-            "job_status", [*keys, *self.keys.place_keys(placed)], [GROUP, placed, job_id]
-        )
+        keys = self.layout.for_job(job_id)
+        names = [keys.job(job_id), keys.result(job_id), keys.status(job_id)]
+        return ScriptCall("job_status", [*names, *keys.place_keys(placed)], [GROUP, placed, job_id])
 
     def _cancel_call(
         self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
     ) -> ScriptCall:
-        keys = [self.keys.job(job_id), self.keys.cancel_flag(job_id), self.keys.status(job_id)]
+        keys = self.layout.for_job(job_id)
+        names = [keys.job(job_id), keys.cancel_flag(job_id), keys.status(job_id)]
         args: list[Arg] = [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id]
-        return ScriptCall("cancel_job", [*keys, *self.keys.place_keys(placed)], args)
+        return ScriptCall("cancel_job", [*names, *keys.place_keys(placed)], args)
 
     def _marker(self, job_id: str) -> str:
         client, _ = self.sync_connection()
         with translated(self.url):
-            placed = client.get(self.keys.job(job_id))
+            placed = client.get(self.layout.for_job(job_id).job(job_id))
         return text(placed) if placed is not None else ""
 
     async def _marker_async(self, job_id: str) -> str:
         client, _ = await self.async_connection()
         with translated(self.url):
-            placed = await client.get(self.keys.job(job_id))
+            placed = await client.get(self.layout.for_job(job_id).job(job_id))
         return text(placed) if placed is not None else ""
 
     def job_status(self, job_id: str) -> list[Any]:
@@ -309,9 +385,22 @@ class Store:
     async def cancel_requests(self, job_ids: Sequence[str]) -> list[str]:
         """The cancel flags of running jobs, in one read: per job, the take it names, ""
         when none."""
-        flags = [self.keys.cancel_flag(job_id) for job_id in job_ids]
-        (values,) = await self.run_async([ScriptCall("cancel_flags", flags, [])])
-        return [text(value) for value in values]
+        # One call per partition (a script's keys share one slot), in one round trip.
+        groups: dict[int, list[int]] = {}
+        for position, job_id in enumerate(job_ids):
+            groups.setdefault(partition_of(job_id, self.layout.partitions), []).append(position)
+        calls = [
+            ScriptCall(
+                "cancel_flags",
+                [self.layout.parts[part].cancel_flag(job_ids[i]) for i in positions], [],
+            )
+            for part, positions in groups.items()
+        ]  # fmt: skip
+        found = [""] * len(job_ids)
+        for positions, values in zip(groups.values(), await self.run_async(calls), strict=True):
+            for position, value in zip(positions, values, strict=True):
+                found[position] = text(value)
+        return found
 
     async def cancel_request(self, job_id: str) -> str:
         """The cancel flag of one job: the take it names, "" when none."""
@@ -321,13 +410,13 @@ class Store:
         """Counter ``name``'s value (0 when never counted)."""
         client, _ = self.sync_connection()
         with translated(self.url):
-            return int(client.get(self.keys.counter(name)) or 0)
+            return int(client.get(self.layout.counter_keys(name)[0]) or 0)
 
     def cooldown(self, key: str, ms: int) -> bool:
         """Start a cooldown of ``ms`` on ``key`` unless one runs (one SET NX PX)."""
         client, _ = self.sync_connection()
         with translated(self.url):
-            return bool(client.set(self.keys.cooldown(key), "1", nx=True, px=ms))
+            return bool(client.set(self.layout.cooldown(key), "1", nx=True, px=ms))
 
     async def rate_limit_wait(self, task: str, rate: Rate) -> float:
         """Ask task ``task``'s shared limiter for a start now (recorded when allowed).
@@ -346,73 +435,33 @@ class Store:
         )
         return int(await self.run_soon(call)) / 1000
 
-    # dead letters
-
-    def dead_entries(self, first: str = "-", last: str = "+", count: int = 1000) -> list[Any]:
-        """Dead-letter stream entries from ``first`` to ``last``, oldest first."""
-        client, _ = self.sync_connection()
-        with translated(self.url):
-            return list(client.xrange(self.keys.dead(), min=first, max=last, count=count) or [])
-
-    def dead_delete(self, entry_id: str) -> int:
-        """Delete one dead letter; 1 when it was there."""
-        client, _ = self.sync_connection()
-        with translated(self.url):
-            return int(client.xdel(self.keys.dead(), entry_id))
-
-    def dead_count(self) -> int:
-        """How many dead letters there are."""
-        client, _ = self.sync_connection()
-        with translated(self.url):
-            return int(client.xlen(self.keys.dead()))
-
-    def dead_trim(self, max_len: int, max_age_ms: int) -> int:
-        """Trim dead letters to ``max_len`` entries and ``max_age_ms`` (0: no limit), a
-        bounded amount per script call; how many were removed."""
-        call = ScriptCall("dlq_trim", [self.keys.dead()], [max_len, max_age_ms])
-        total = 0
-        while removed := int(self.run([call])[0]):
-            total += removed
-        return total
-
-    def dead_purge(self) -> int:
-        """Delete every dead letter there is when the purge starts, :data:`PURGE_CHUNK` per
-        atomic call (never one DEL that blocks Redis); how many were deleted."""
-        client, _ = self.sync_connection()
-        dead = self.keys.dead()
-        with translated(self.url):
-            newest: list[Any] = client.xrevrange(dead, count=1) or []
-        if not newest:
-            return 0
-        call = ScriptCall("dlq_purge", [dead], [PURGE_CHUNK, text(newest[0][0])])
-        total = 0
-        while True:
-            deleted = int(self.run([call])[0])
-            total += deleted
-            if deleted < PURGE_CHUNK:
-                return total
-
     # paused queues, purges of waiting jobs (see lockgate.queues)
 
     async def pause(self, queue: str) -> None:
-        """Add ``queue`` to the paused queues, which every read script checks."""
+        """Add ``queue`` to the paused queues (each partition's, in turn), which every
+        read script checks."""
         client, _ = await self.async_connection()
         with translated(self.url):
-            await client.zadd(self.keys.paused(), {queue: 0})
+            for keys in self.layout.parts:
+                await client.zadd(keys.paused(), {queue: 0})
 
     async def resume(self, queue: str) -> None:
         """Take ``queue`` out of the paused queues, then wake the idle workers."""
         client, _ = await self.async_connection()
         with translated(self.url):
-            await client.zrem(self.keys.paused(), queue)
+            for keys in self.layout.parts:
+                await client.zrem(keys.paused(), queue)
             for wake in self.broker.wake_keys(queue):
                 await client.xadd(wake, {"resumed": queue}, maxlen=16, approximate=False)
+        if (call := self._wakeup_call({queue: WAKEUPS_MAX})) is not None:
+            await self.run_async([call])
 
     async def paused(self) -> set[str]:
-        """The paused queues."""
+        """The paused queues (as the first partition has them: a pause or resume that
+        stopped half-way is finished by running it again)."""
         client, _ = await self.async_connection()
         with translated(self.url):
-            queues: list[Any] = await client.zrange(self.keys.paused(), 0, -1)
+            queues: list[Any] = await client.zrange(self.layout.parts[0].paused(), 0, -1)
         return {text(queue) for queue in queues}
 
     async def purge_waiting(
@@ -506,6 +555,7 @@ class Store:
         client, _ = await self.async_connection()
         deleted = 0
         with translated(self.url):
-            async for key in client.scan_iter(match=f"{self.keys.prefix}:*", count=1000):
-                deleted += int(await client.unlink(key))
+            for pattern in self.layout.patterns:
+                async for key in client.scan_iter(match=pattern, count=1000):
+                    deleted += int(await client.unlink(key))
         return deleted

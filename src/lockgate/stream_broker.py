@@ -10,6 +10,7 @@ read saw, so a job that arrives while it waits wakes it at once and none is miss
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.typing import KeyT, StreamIdT
@@ -17,6 +18,7 @@ from redis.typing import KeyT, StreamIdT
 from lockgate import codec
 from lockgate.broker import (
     NOT_CLAIMED,
+    Consumer,
     Delivery,
     EnqueuePlan,
     LevelStats,
@@ -40,6 +42,7 @@ from lockgate.errors import SerializationError
 from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import Arg, AsyncScripts, ScriptCall
+from lockgate.partitions import Layout, partition_of
 
 JOB_FIELD = b"job"
 
@@ -49,8 +52,9 @@ class StreamBroker:
 
     ranked = False
 
-    def __init__(self, keys: Keys, levels: Levels) -> None:
-        self._keys = keys
+    def __init__(self, layout: Layout, levels: Levels) -> None:
+        self._layout = layout
+        self._keys = layout.base
         self._levels = levels
 
     def consumer(
@@ -62,24 +66,38 @@ class StreamBroker:
         name: str,
         lease_seconds: float,
         claims: ReadClaims | None,
-    ) -> StreamConsumer:
+    ) -> Consumer:
         # Streams have no lease: a dead worker's jobs are reclaimed from the PEL.
-        return StreamConsumer(
-            client, url=url, keys=self._keys, levels=self._levels, queues=queues,
-            consumer=name, claims=claims,
-        )  # fmt: skip
+        parts = [
+            StreamConsumer(
+                client, url=url, keys=keys, levels=self._levels, queues=queues,
+                consumer=name, claims=claims.on(keys) if claims is not None else None,
+            )
+            for keys in self._layout.parts
+        ]  # fmt: skip
+        if len(parts) == 1:
+            return parts[0]
+        from lockgate.partitioned import PartitionedConsumer
+
+        return PartitionedConsumer(parts, self._layout.base, self._levels, queues)
 
     def _stats_layout(self, queues: Sequence[str]) -> list[tuple[str, str]]:
         return [(queue, level) for queue in queues for level in self._levels.names]
 
     def stats_calls(self, queues: Sequence[str]) -> list[ScriptCall]:
         layout = self._stats_layout(queues)
-        streams = [self._keys.stream(queue, level) for queue, level in layout]
-        delayed = [self._keys.delayed(queue, level) for queue, level in layout]
-        return [ScriptCall("stats_stream", streams + delayed, [GROUP])]
+        calls = []
+        for keys in self._layout.parts:  # one call per partition, summed by parse_stats
+            streams = [keys.stream(queue, level) for queue, level in layout]
+            delayed = [keys.delayed(queue, level) for queue, level in layout]
+            calls.append(ScriptCall("stats_stream", streams + delayed, [GROUP]))
+        return calls
 
     def parse_stats(self, queues: Sequence[str], replies: Sequence[Any]) -> list[LevelStats]:
-        ((now, rows),) = replies
+        per_partition = [self._parse_partition(queues, now, rows) for now, rows in replies]
+        return [merge_stats(rows) for rows in zip(*per_partition, strict=True)]
+
+    def _parse_partition(self, queues: Sequence[str], now: int, rows: Any) -> list[LevelStats]:
         stats = []
         for i, (queue, level) in enumerate(self._stats_layout(queues)):
             length, pending, consumers, oldest, waiting_later = rows[5 * i : 5 * i + 5]
@@ -92,28 +110,23 @@ class StreamBroker:
 
     def plan_enqueue(self, jobs: Sequence[Outgoing]) -> EnqueuePlan:
         calls, positions = [], []
-        places: dict[tuple[str, str], tuple[str, str]] = {}
-        for batch in batches(len(jobs)):
-            script_keys: list[str] = []
-            args: list[bytes | int] = []
-            for i in batch:
-                job = jobs[i].job
-                place = places.get((job.queue, job.level))
-                if place is None:
-                    place = places[job.queue, job.level] = (
-                        self._keys.stream(job.queue, job.level),
-                        self._keys.delayed(job.queue, job.level),
-                    )
-                marker = self._keys.job(job.id)
-                script_keys += [marker, *place, jobs[i].once_key or marker]
-                args += [jobs[i].data, jobs[i].delay_ms, jobs[i].once_ttl_ms]
-            script_keys.append(self._keys.wake())
-            calls.append(ScriptCall("enqueue_stream", script_keys, args))
-            positions.append(list(batch))
-        return EnqueuePlan(calls, positions)
+        # A script's keys share one slot: the jobs of each partition go in calls of their own.
+        by_partition: dict[int, list[int]] = {}
+        for i, outgoing in enumerate(jobs):
+            part = partition_of(outgoing.job.id, self._layout.partitions)
+            by_partition.setdefault(part, []).append(i)
+        for part, members in by_partition.items():
+            keys = self._layout.parts[part]
+            for batch in batches(len(members)):
+                chosen = [members[i] for i in batch]
+                calls.append(_enqueue_call(keys, [jobs[i] for i in chosen]))
+                positions.append(chosen)
+        queues = [outgoing.job.queue for outgoing in jobs] if self._layout.partitioned else []
+        return EnqueuePlan(calls, positions, queues)
 
     def wake_keys(self, queue: str) -> list[str]:
-        return [self._keys.wake()]
+        # A partitioned namespace's idle workers wait on wake-up lists instead (see Store).
+        return [] if self._layout.partitioned else [self._keys.wake()]
 
     async def purge_waiting(
         self,
@@ -126,44 +139,82 @@ class StreamBroker:
         chunk: int,
     ) -> int:
         deleted = 0
-        for level in levels:
-            stream = self._keys.stream(queue, level)
-            deleted += await self._purge_stream(client, scripts, stream, task, chunk)
+        for keys in self._layout.parts:
+            for level in levels:
+                deleted += await _purge_stream(client, scripts, keys, keys.stream(queue, level),
+                                               task, chunk)  # fmt: skip
         return deleted
 
-    async def _purge_stream(
-        self, client: AsyncClient, scripts: AsyncScripts, stream: str, task: str | None, chunk: int
-    ) -> int:
-        newest: list[Any] = await client.xrevrange(stream, count=1) or []
-        if not newest:
-            return 0
-        # The group handed out every entry up to its last-delivered id (running, or done):
-        # the waiting ones follow it, up to the newest when the purge started.
-        start = "-"
-        groups: list[dict[str, Any]] = await client.xinfo_groups(stream)
-        for group in groups:
-            if text(group["name"]) == GROUP:
-                start = "(" + text(group["last-delivered-id"])
-        deleted = 0
-        while True:
-            entries: list[Any] = (
-                await client.xrange(stream, min=start, max=newest[0][0], count=chunk) or []
+
+def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:
+    """One enqueue script call for jobs of one partition (``keys``)."""
+    script_keys: list[str] = []
+    args: list[bytes | int] = []
+    places: dict[tuple[str, str], tuple[str, str]] = {}
+    for outgoing in jobs:
+        job = outgoing.job
+        place = places.get((job.queue, job.level))
+        if place is None:
+            place = places[job.queue, job.level] = (
+                keys.stream(job.queue, job.level),
+                keys.delayed(job.queue, job.level),
             )
-            picked = [
-                (text(entry_id), job.id if job else "")
-                for entry_id, fields in entries
-                if purged(job := decode_job(fields.get(JOB_FIELD)), task)
-            ]
-            if picked:
-                script_keys = [stream]
-                for _, job_id in picked:
-                    script_keys += self._keys.job_record_keys(job_id)
-                args: list[Arg] = [GROUP, *(entry_id for entry_id, _ in picked)]
-                deleted += int(await scripts.run(ScriptCall("purge_stream", script_keys, args)))
-            if len(entries) < chunk:
-                break
-            start = "(" + text(entries[-1][0])
-        return deleted
+        marker = keys.job(job.id)
+        script_keys += [marker, *place, outgoing.once_key or marker]
+        args += [outgoing.data, outgoing.delay_ms, outgoing.once_ttl_ms]
+    script_keys.append(keys.wake())
+    return ScriptCall("enqueue_stream", script_keys, args)
+
+
+def merge_stats(rows: Sequence[LevelStats]) -> LevelStats:
+    """One queue and level's counts over its partitions (pure): sums, the most consumers,
+    the oldest wait."""
+    first = rows[0]
+    if len(rows) == 1:
+        return first
+    ages = [row.oldest_wait_ms for row in rows if row.oldest_wait_ms is not None]
+    return LevelStats(
+        first.queue, first.level, sum(r.length for r in rows), sum(r.waiting for r in rows),
+        sum(r.pending for r in rows), sum(r.delayed for r in rows),
+        max(r.consumers or 0 for r in rows), max(ages) if ages else None,
+    )  # fmt: skip
+
+
+async def _purge_stream(
+    client: AsyncClient, scripts: AsyncScripts, keys: Keys, stream: str, task: str | None,
+    chunk: int,
+) -> int:  # fmt: skip
+    """Purge one stream's waiting jobs (``task``'s, unless None), ``chunk`` per call."""
+    newest: list[Any] = await client.xrevrange(stream, count=1) or []
+    if not newest:
+        return 0
+    # The group handed out every entry up to its last-delivered id (running, or done):
+    # the waiting ones follow it, up to the newest when the purge started.
+    start = "-"
+    groups: list[dict[str, Any]] = await client.xinfo_groups(stream)
+    for group in groups:
+        if text(group["name"]) == GROUP:
+            start = "(" + text(group["last-delivered-id"])
+    deleted = 0
+    while True:
+        entries: list[Any] = (
+            await client.xrange(stream, min=start, max=newest[0][0], count=chunk) or []
+        )
+        picked = [
+            (text(entry_id), job.id if job else "")
+            for entry_id, fields in entries
+            if purged(job := decode_job(fields.get(JOB_FIELD)), task)
+        ]
+        if picked:
+            script_keys = [stream]
+            for _, job_id in picked:
+                script_keys += keys.job_record_keys(job_id)
+            args: list[Arg] = [GROUP, *(entry_id for entry_id, _ in picked)]
+            deleted += int(await scripts.run(ScriptCall("purge_stream", script_keys, args)))
+        if len(entries) < chunk:
+            break
+        start = "(" + text(entries[-1][0])
+    return deleted
 
 
 def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str, bytes | None]:
@@ -180,8 +231,18 @@ def decode_entry(fields: Sequence[bytes]) -> tuple[Job | None, str | None, str, 
     return job, None, job.id, data
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A read call's layout (stream, queue, level) and its claims' token prefix: what
+    :meth:`StreamConsumer.parse_read` needs of it."""
+
+    layout: Sequence[tuple[str, str, int]]
+    token: str
+
+
 class StreamConsumer:
-    """One worker's reads, waits, settles, heartbeats and reclaims on its streams."""
+    """One worker's reads, waits, settles, heartbeats and reclaims on its streams (of one
+    partition: :mod:`lockgate.partitioned` reads several)."""
 
     def __init__(
         self,
@@ -231,17 +292,65 @@ class StreamConsumer:
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
         layout = self._layout()
+        call, token = self._read_call(layout, free, quotas, [i for _, _, i in layout])
+        with translated(self._url):
+            reply = await self._scripts.run(call)
+        return self.parse_read(reply, layout, token)
+
+    def counted_read_call(self, counts: Sequence[tuple[str, int]]) -> tuple[ScriptCall, Read]:
+        """A read of exactly ``counts`` (stream, jobs) of this partition, highest level
+        first (a partitioned consumer's plan): each stream is given as a level of its own
+        whose quota is its count, so the script's fill pass has nothing left to fill."""
+        layout = [(stream, *self._places[stream]) for stream, _ in counts]
+        quotas = [count for _, count in counts]
+        call, token = self._read_call(layout, sum(quotas), quotas, list(range(len(layout))))
+        return call, Read(layout, token)
+
+    def peek_call(self) -> ScriptCall:
+        """The call that moves this partition's due delayed jobs and counts the jobs waiting
+        in each stream of :attr:`streams` (see ``lua/peek_stream.lua``)."""
+        streams = self.streams
+        delayed = [self._delayed_of(stream) for stream in streams]
+        queues = [self._places[stream][0] for stream in streams]
+        return ScriptCall(
+            "peek_stream", [*streams, *delayed, self._keys.paused()], [GROUP, *queues]
+        )
+
+    @property
+    def streams(self) -> list[str]:
+        """This consumer's streams, highest level first, queues in their given order."""
+        return list(self._places)
+
+    def _delayed_of(self, stream: str) -> str:
+        queue, level = self._places[stream]
+        return self._keys.delayed(queue, self._levels.names[level])
+
+    def _read_call(
+        self,
+        layout: Sequence[tuple[str, str, int]],
+        free: int,
+        quotas: Sequence[int],
+        stream_levels: Sequence[int],
+    ) -> tuple[ScriptCall, str]:
+        """A read_stream call over ``layout`` (stream, queue, level) whose streams have the
+        given quota indexes, and the token prefix of its claims."""
         streams = [stream for stream, _, _ in layout]
-        delayed = [self._keys.delayed(queue, self._levels.names[i]) for _, queue, i in layout]
+        delayed = [self._delayed_of(stream) for stream in streams]
         token, claim_args = read_claim_args(self._claims)
         args: list[Arg] = [GROUP, self._consumer, free, len(quotas), *quotas]
-        args += [index + 1 for _, _, index in layout]
+        args += [index + 1 for index in stream_levels]
         args += [queue for _, queue, _ in layout]
         args += claim_args
         script_keys = [*streams, *delayed, self._keys.wake(), self._keys.paused()]
-        call = ScriptCall("read_stream", script_keys, args)
-        with translated(self._url):
-            dry_flags, entries, last_ids, next_due = await self._scripts.run(call)
+        return ScriptCall("read_stream", script_keys, args), token
+
+    def parse_read(
+        self, reply: Sequence[Any], layout: Sequence[tuple[str, str, int]], token: str
+    ) -> ReadResult:
+        """What a read_stream call over ``layout`` took (pure, but for the ids an idle wait
+        then blocks from)."""
+        dry_flags, entries, last_ids, next_due = reply
+        streams = [stream for stream, _, _ in layout]
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
         result.next_due = next_due / 1000 if next_due >= 0 else None
@@ -333,6 +442,15 @@ class StreamConsumer:
         if calls:
             with translated(self._url):
                 await self._scripts.run_all(calls)
+
+    def place(self, stream: str) -> tuple[str, int]:
+        """The queue and level index of one of this consumer's streams."""
+        return self._places[stream]
+
+    @property
+    def url(self) -> str:
+        """The Redis URL (for error messages)."""
+        return self._url
 
     @property
     def client(self) -> AsyncClient:

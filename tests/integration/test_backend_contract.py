@@ -166,7 +166,7 @@ async def test_dead_lettered_job_is_kept_with_its_reason(
     assert (letter.job_id, letter.reason, letter.error_type) == (
         "doomed", "out of attempts", "ValueError",
     )  # fmt: skip
-    assert app.store.dead_count() == 1
+    assert app.store.dead.count() == 1
 
 
 async def test_a_dead_readers_job_goes_to_another_and_the_first_cannot_settle_it(

@@ -35,7 +35,9 @@ from lockgate.lua import ScriptCall, SyncScripts
 
 
 def namespace_keys(rclient: redis.Redis, namespace: str) -> list[bytes]:
-    return list(rclient.scan_iter(match=f"lockgate:{{{namespace}}}:*", count=10_000))
+    """The namespace's keys but its partition record (written at the first call)."""
+    found = rclient.scan_iter(match=f"lockgate:{{{namespace}}}:*", count=10_000)
+    return [key for key in found if not key.endswith(b":partitions")]
 
 
 def marker_ttl_ms(rclient: redis.Redis, app: App, key: str) -> int | None:

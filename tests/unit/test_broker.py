@@ -16,6 +16,7 @@ from lockgate.config import Levels
 from lockgate.connections import async_client, sync_client
 from lockgate.faults import translated
 from lockgate.keys import Keys
+from lockgate.partitions import Layout
 from lockgate.policy import reconnect_delay
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
@@ -203,7 +204,7 @@ def outgoing(job_id: str, queue: str, level: str, delay_ms: int = 0) -> Outgoing
 def test_stream_plan_sends_marker_stream_delayed_set_and_once_key_per_job() -> None:
     keys = Keys("ns")
     jobs = [outgoing("a", "q", "low"), outgoing("b", "r", "critical", 1500)]
-    plan = StreamBroker(keys, Levels()).plan_enqueue(jobs)
+    plan = StreamBroker(Layout("ns"), Levels()).plan_enqueue(jobs)
     (call,) = plan.calls
     assert call.script == "enqueue_stream"
     # A job without a once-only key passes its marker in that place, with a TTL of 0.
@@ -214,7 +215,7 @@ def test_stream_plan_sends_marker_stream_delayed_set_and_once_key_per_job() -> N
     ]  # fmt: skip
     assert list(call.args) == [b"data-a", 0, 0, b"data-b", 1500, 0]
     assert plan.positions == [[0, 1]]
-    many = StreamBroker(keys, Levels()).plan_enqueue(
+    many = StreamBroker(Layout("ns"), Levels()).plan_enqueue(
         [outgoing(f"j{n}", "q", "low") for n in range(501)]
     )
     assert [len(c.keys) for c in many.calls] == [2001, 5]

@@ -19,8 +19,11 @@
 -- write_marker(prefix, claim, ttl_ms) writes it to expire ttl_ms from now, keeping a later
 -- expiry the member already has (ZADD GT).
 --#include _clock
+-- A prefix that does not end in ':' is a bucket itself: a user claim of a partitioned
+-- namespace has a hash tag of its own, holding one bucket (see lockgate.partitions).
 local function marker_place(prefix, claim)
   local h = redis.sha1hex(claim)
+  if string.sub(prefix, -1) ~= ':' then return prefix, string.sub(h, 4, 27) end
   return prefix .. string.sub(h, 1, 3), string.sub(h, 4, 27)
 end
 

@@ -47,6 +47,8 @@ ScriptName = Literal[
     "cancel_job",
     "cancel_flags",
     "rate_limit",
+    "peek_stream",
+    "wake_workers",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -80,6 +82,10 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     # A start writes a small limiter key, like a claim outside a read: refused under OOM
     # (the job waits and asks again).
     "rate_limit": (),
+    # Moves due delayed jobs like a read, then counts.
+    "peek_stream": ALLOW_OOM,
+    # Tiny items that come with an enqueue (refused whole under OOM before them).
+    "wake_workers": (),
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"

@@ -32,6 +32,7 @@
 --#include _last_id
 --#include _read_claim
 --#include _marker
+--#include _promote
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
@@ -52,39 +53,7 @@ local function claim(entry_id, fields)
   return claim_job(claims, entry_id, payload)
 end
 
--- The marker of a job moved from a delayed set to ``stream`` as ``entry`` points there
--- (only while it still says delayed). The one key no caller passes: which jobs fall due is
--- known only here. Its name (Keys.job) is built from the stream key's own prefix, so it
--- carries the namespace's hash tag and lies in the slot this call was routed to.
-local function point_marker(stream, job, entry)
-  local ok, decoded = pcall(cjson.decode, job)
-  if not ok or type(decoded) ~= 'table' or type(decoded.id) ~= 'string' then return end
-  local marker = string.match(stream, '^(.-):stream:') .. ':job:' .. decoded.id
-  local placed = redis.call('GET', marker)
-  if placed and string.match(placed, '^delayed') then
-    redis.call('SET', marker, entry .. ' ' .. place_of(stream))
-  end
-end
-
-local now = now_ms()
-local next_due = -1
-for k = 1, n do
-  local delayed = KEYS[n + k]
-  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
-  local moved = {}
-  for _, job in ipairs(due) do
-    local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
-    if type(added) == 'table' and added.err then break end
-    point_marker(KEYS[k], job, added)
-    moved[#moved + 1] = job
-  end
-  if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end
-  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-  if #first == 2 then
-    local wait = math.max(0, tonumber(first[2]) - now)
-    if next_due < 0 or wait < next_due then next_due = wait end
-  end
-end
+local next_due = promote(n)
 
 local dry, entries = {}, {}
 for k = 1, n do dry[k] = held(k) and 1 or 0 end

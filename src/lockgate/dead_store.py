@@ -1,0 +1,119 @@
+"""The dead-letter streams' Redis calls: one stream per partition, read as one.
+
+A one-partition namespace has one dead-letter stream and its letters keep their stream
+entry ids. A partitioned one has a stream in each partition (a dead job's settle writes
+its letter where the job lived, atomically with the ack) and names a letter
+``<partition>/<entry id>``; a listing merges the partitions oldest first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+from lockgate.broker import text
+from lockgate.faults import translated
+from lockgate.lua import ScriptCall
+
+if TYPE_CHECKING:
+    from lockgate.store import Store
+
+# Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
+PURGE_CHUNK = 1000
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a sortable pair (milliseconds, sequence)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
+class DeadLetters:
+    """The dead-letter calls of one Store (through its sync client)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def _streams(self) -> list[str]:
+        return [keys.dead() for keys in self._store.layout.parts]
+
+    def _place(self, letter_id: str) -> tuple[str, str, str] | None:
+        """(stream, entry id, prefix of the letter id) of a letter id, None if malformed."""
+        streams = self._streams()
+        if len(streams) == 1:
+            return None if "/" in letter_id else (streams[0], letter_id, "")
+        part, _, entry_id = letter_id.partition("/")
+        if not part.isdigit() or int(part) >= len(streams) or not entry_id:
+            return None
+        return streams[int(part)], entry_id, f"{part}/"
+
+    def entries(self, count: int = 1000) -> list[Any]:
+        """The oldest ``count`` dead letters, oldest first: (letter id, fields) pairs."""
+        client, _ = self._store.sync_connection()
+        streams = self._streams()
+        with translated(self._store.url):
+            found: list[list[Any]] = [
+                list(client.xrange(stream, count=count) or []) for stream in streams
+            ]
+        if len(streams) == 1:
+            return found[0]
+        named = [
+            [(f"{part}/{text(entry_id)}", fields) for entry_id, fields in rows]
+            for part, rows in enumerate(found)
+        ]
+        merged = heapq.merge(*named, key=lambda row: _order(row[0].partition("/")[2]))
+        return list(merged)[:count]
+
+    def entry(self, letter_id: str) -> list[Any]:
+        """The dead letter ``letter_id`` as a one-item list, or an empty one."""
+        place = self._place(letter_id)
+        if place is None:
+            return []
+        stream, entry_id, prefix = place
+        client, _ = self._store.sync_connection()
+        with translated(self._store.url):
+            rows: list[Any] = list(client.xrange(stream, min=entry_id, max=entry_id, count=1) or [])
+        return [(prefix + text(found), fields) for found, fields in rows]
+
+    def delete(self, letter_id: str) -> int:
+        """Delete one dead letter; 1 when it was there."""
+        place = self._place(letter_id)
+        if place is None:
+            return 0
+        client, _ = self._store.sync_connection()
+        with translated(self._store.url):
+            return int(client.xdel(place[0], place[1]))
+
+    def count(self) -> int:
+        """How many dead letters there are."""
+        client, _ = self._store.sync_connection()
+        with translated(self._store.url):
+            return sum(int(client.xlen(stream)) for stream in self._streams())
+
+    def trim(self, max_len: int, max_age_ms: int) -> int:
+        """Trim dead letters to ``max_len`` entries per stream and ``max_age_ms`` (0: no
+        limit), a bounded amount per script call; how many were removed."""
+        total = 0
+        for stream in self._streams():
+            call = ScriptCall("dlq_trim", [stream], [max_len, max_age_ms])
+            while removed := int(self._store.run([call])[0]):
+                total += removed
+        return total
+
+    def purge(self) -> int:
+        """Delete every dead letter there is when the purge starts, :data:`PURGE_CHUNK` per
+        atomic call (never one DEL that blocks Redis); how many were deleted."""
+        client, _ = self._store.sync_connection()
+        total = 0
+        for stream in self._streams():
+            with translated(self._store.url):
+                newest: list[Any] = client.xrevrange(stream, count=1) or []
+            if not newest:
+                continue
+            call = ScriptCall("dlq_purge", [stream], [PURGE_CHUNK, text(newest[0][0])])
+            while True:
+                deleted = int(self._store.run([call])[0])
+                total += deleted
+                if deleted < PURGE_CHUNK:
+                    break
+        return total

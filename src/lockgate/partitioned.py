@@ -1,0 +1,162 @@
+"""A worker's consumer of a partitioned namespace: one stream consumer per partition, read
+as one.
+
+A read is two round trips, each one pipelined call per partition (sent to every node at
+once on a cluster): a peek (``lua/peek_stream.lua``: due delayed jobs move, then the jobs
+waiting in each stream are counted), then reads of exactly the jobs the plan picked
+(:func:`lockgate.policy.spread_read`), so a worker never takes more jobs than its free
+slots, nor a lower job while a higher one waits in any partition. FIFO holds within a
+level of one partition.
+
+An idle worker blocks on its queues' wake-up lists (``BLPOP``, all of them under the
+namespace's own tag): a producer pushes one item per job it added, once the jobs landed,
+so an enqueue wakes about as many idle workers as it brings jobs, where a blocking XREAD
+would wake every one of them. A retry or delayed job scheduled by a settle pushes one
+item too, so an idle worker learns the new due time. Each wait is bounded by
+``idle_wait`` and the next due time, the safety net for an item lost with a failed-over
+node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lockgate.broker import Delivery, ReadResult, Settlement
+from lockgate.config import Levels
+from lockgate.connections import AsyncClient
+from lockgate.errors import LockgateError
+from lockgate.faults import translated
+from lockgate.keys import Keys
+from lockgate.lua import AsyncScripts, ScriptCall
+from lockgate.policy import spread_read
+from lockgate.stream_broker import Read, StreamConsumer
+
+# Items a wake-up list keeps, and the most one enqueue pushes (see lua/wake_workers.lua).
+WAKEUPS_MAX = 64
+log = logging.getLogger(__name__)
+
+
+def wakeup_call(keys: Keys, counts: Mapping[str, int]) -> ScriptCall:
+    """The call that pushes ``counts`` (queue -> items) to the namespace's wake-up lists."""
+    queues = sorted(counts)
+    return ScriptCall(
+        "wake_workers", [keys.wakeup(queue) for queue in queues],
+        [WAKEUPS_MAX, *(counts[queue] for queue in queues)],
+    )  # fmt: skip
+
+
+class PartitionedConsumer:
+    """The :class:`~lockgate.broker.Consumer` of a partitioned namespace.
+
+    Args:
+        parts: one stream consumer per partition, on one client, in partition order.
+        base: the namespace's own keys (the wake-up lists).
+        levels: the App's levels.
+        queues: the queues read.
+    """
+
+    def __init__(
+        self, parts: Sequence[StreamConsumer], base: Keys, levels: Levels, queues: Sequence[str]
+    ) -> None:
+        self._parts = list(parts)
+        self._client = parts[0].client
+        self._url = parts[0].url
+        self._scripts = AsyncScripts(self._client)
+        self._levels = levels
+        self._wakeups = [base.wakeup(queue) for queue in queues]
+        self._base = base
+        self._owner = {stream: part for part in self._parts for stream in part.streams}
+        self._stream_levels = [self._level(stream) for stream in self._parts[0].streams]
+        self._turn = 0
+        self._reclaim_turn = 0
+        self._to_wake: set[str] = set()
+
+    def _level(self, stream: str) -> int:
+        return self._parts[0].place(stream)[1]
+
+    async def read(
+        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
+    ) -> ReadResult:
+        with translated(self._url):
+            peeks = await self._scripts.run_all([part.peek_call() for part in self._parts])
+        waiting = [list(map(int, counts)) for counts, _ in peeks]
+        dues = [int(due) for _, due in peeks if int(due) >= 0]
+        start, self._turn = self._turn % len(self._parts), self._turn + 1
+        plan = spread_read(waiting, self._stream_levels, quotas, free, start)
+        calls: list[ScriptCall] = []
+        reads: list[tuple[StreamConsumer, Read]] = []
+        for part, counts in zip(self._parts, plan, strict=True):
+            picked = [(stream, n) for stream, n in zip(part.streams, counts, strict=True) if n]
+            if picked:
+                call, read = part.counted_read_call(picked)
+                calls.append(call)
+                reads.append((part, read))
+        replies: list[Any] = []
+        if calls:
+            with translated(self._url):
+                replies = await self._scripts.run_all(calls)
+        levels = len(self._levels.names)
+        result = ReadResult(taken=[0] * levels, dry=[True] * levels)
+        for (part, read), reply in zip(reads, replies, strict=True):
+            taken = part.parse_read(reply, read.layout, read.token)
+            result.deliveries += taken.deliveries
+            for level, count in enumerate(taken.taken):
+                result.taken[level] += count
+            if taken.next_due is not None:
+                dues.append(round(taken.next_due * 1000))
+        # A level is dry when the plan took every job the peeks saw waiting on it.
+        for counts, planned in zip(waiting, plan, strict=True):
+            for k, level in enumerate(self._stream_levels):
+                if counts[k] > planned[k]:
+                    result.dry[level] = False
+        result.next_due = min(dues) / 1000 if dues else None
+        return result
+
+    async def wait_for_work(self, timeout: float) -> None:
+        # BLPOP's timeout is in seconds, decimals allowed (Redis 6+); 0 would block for ever.
+        with translated(self._url):
+            await self._client.blpop(self._wakeups, timeout=max(0.001, timeout))
+
+    def settle_call(self, settlement: Settlement) -> ScriptCall:
+        outcome = settlement.outcome
+        if outcome.next_job is not None and outcome.delay > 0:
+            self._to_wake.add(settlement.delivery.queue)
+        return self._owner[settlement.delivery.source].settle_call(settlement)
+
+    async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        # A settle call names its own stream's keys: any part's pipeline sends it right.
+        replies = await self._parts[0].settle(calls)
+        if self._to_wake:
+            queues, self._to_wake = self._to_wake, set()
+            try:
+                with translated(self._url):
+                    await self._scripts.run(wakeup_call(self._base, dict.fromkeys(queues, 1)))
+            except LockgateError as e:  # the settles landed; idle workers wake by timeout
+                log.warning("could not wake idle workers for a retry (%s)", e)
+        return replies
+
+    async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
+        # Partitions in turn from a rotating start: one job at a time, as with one partition.
+        start, self._reclaim_turn = self._reclaim_turn, self._reclaim_turn + 1
+        for i in range(len(self._parts)):
+            part = self._parts[(start + i) % len(self._parts)]
+            delivery = await part.reclaim(min_idle, running)
+            if delivery is not None:
+                return delivery
+        return None
+
+    async def forget_consumers(self, min_idle: float) -> int:
+        return sum([await part.forget_consumers(min_idle) for part in self._parts])
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
+        # Calls per stream, each naming its own keys: one pipeline reaches every node.
+        await self._parts[0].heartbeat(deliveries)
+
+    @property
+    def client(self) -> AsyncClient:
+        return self._client
+
+    async def close(self) -> None:
+        await self._client.aclose()
