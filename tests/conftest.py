@@ -25,6 +25,7 @@ from lockgate import App, Worker, WorkerConfig
 from lockgate.embedded import EmbeddedServer
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import SyncScripts
+from lockgate.partitions import Layout
 
 SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
 CLUSTER_ENV = "LOCKGATE_TEST_CLUSTER"
@@ -142,7 +143,11 @@ def delete_namespace(url: str, ns: str) -> None:
     """Delete every key of one namespace on the server at ``url``."""
     client = inspection_client(url)
     try:
-        keys = list(client.scan_iter(match=f"lockgate:{{{ns}}}:*", count=10000))
+        keys = [
+            key
+            for pattern in Layout(ns, 2).patterns  # its own tag's and any partition's
+            for key in client.scan_iter(match=pattern, count=10000)
+        ]
         for start in range(0, len(keys), 500):
             client.delete(*keys[start : start + 500])
     finally:

@@ -335,6 +335,10 @@ class Consumer(Protocol):
     async def wait_for_work(self, timeout: float) -> None:
         """Block until new work may be there, or ``timeout`` seconds pass."""
 
+    @property
+    def woken(self) -> int:
+        """How many waits ended because new work may be there (not by their timeout)."""
+
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         """The one script call that applies a settlement, owner-checked (pure)."""
 

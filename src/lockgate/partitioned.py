@@ -72,6 +72,7 @@ class PartitionedConsumer:
         self._turn = 0
         self._reclaim_turn = 0
         self._to_wake: set[str] = set()
+        self.woken = 0
 
     def _level(self, stream: str) -> int:
         return self._parts[0].place(stream)[1]
@@ -117,7 +118,8 @@ class PartitionedConsumer:
     async def wait_for_work(self, timeout: float) -> None:
         # BLPOP's timeout is in seconds, decimals allowed (Redis 6+); 0 would block for ever.
         with translated(self._url):
-            await self._client.blpop(self._wakeups, timeout=max(0.001, timeout))
+            if await self._client.blpop(self._wakeups, timeout=max(0.001, timeout)):
+                self.woken += 1
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         outcome = settlement.outcome

@@ -201,6 +201,7 @@ class SortedConsumer:
     ) -> None:
         self._client = client
         self._claims = claims
+        self.woken = 0
         self._scripts = AsyncScripts(client)
         self._url = url
         self._keys = keys
@@ -269,9 +270,10 @@ class SortedConsumer:
         if not self._wake_ids:
             return
         with translated(self._url):
-            await self._client.xread(
+            if await self._client.xread(
                 dict(self._wake_ids), count=1, block=max(1, int(timeout * 1000))
-            )
+            ):
+                self.woken += 1
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         delivery, outcome = settlement.delivery, settlement.outcome

@@ -264,6 +264,7 @@ class StreamConsumer:
         self._queues = list(queues)
         self._consumer = consumer
         self._turn = 0
+        self.woken = 0
         self._last_ids: dict[KeyT, StreamIdT] = {}
         self._reclaim_turn = 0
         self._places = {
@@ -377,9 +378,10 @@ class StreamConsumer:
         if not self._last_ids:
             return
         with translated(self._url):
-            await self._client.xread(
+            if await self._client.xread(
                 dict(self._last_ids), count=1, block=max(1, int(timeout * 1000))
-            )
+            ):
+                self.woken += 1
 
     def _marker(self, delivery: Delivery) -> str:
         return self._keys.job(delivery.job.id if delivery.job else delivery.job_id)

@@ -15,6 +15,7 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, current_job
+from lockgate.partitions import partition_of
 
 LEVELS = ("critical", "normal", "low")
 BACKENDS = ["streams", "sorted"]
@@ -39,18 +40,44 @@ async def test_fifo_within_a_level(make_app: Callable[..., App], backend: str) -
     assert started == list(range(61))
 
 
+async def test_fifo_within_a_level_of_each_partition(make_app: Callable[..., App]) -> None:
+    """With partitions, FIFO holds within a level of each partition."""
+    app = make_app(partitions=4)
+    started: list[str] = []
+
+    @app.task(priority="low")
+    async def job(n: int) -> None:
+        started.append(current_job().job_id)
+
+    sent = [job.enqueue(n).job_id for n in range(40)]
+    sent += [r.job_id for r in app.enqueue_many([job.message(n) for n in range(40, 80)])]
+    worker = worker_for(app, concurrency=1)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 80)
+    assert sorted(started) == sorted(sent)
+    by_partition: dict[int, list[str]] = {}
+    for job_id in started:
+        by_partition.setdefault(partition_of(job_id, 4), []).append(job_id)
+    assert len(by_partition) == 4
+    for order in by_partition.values():
+        assert order == [job_id for job_id in sent if job_id in order]
+
+
 @pytest.mark.parametrize(
-    ("backend", "policy"), [("streams", "strict"), ("sorted", "weighted"), ("sorted", "strict")]
-)
+    ("backend", "policy", "partitions"),
+    [("streams", "strict", 1), ("streams", "strict", 4), ("sorted", "weighted", 1),
+     ("sorted", "strict", 1)],
+)  # fmt: skip
 async def test_strict_precedence_with_a_backlog_everywhere(
-    make_app: Callable[..., App], backend: str, policy: str
+    make_app: Callable[..., App], backend: str, policy: str, partitions: int
 ) -> None:
     """Every critical before any normal, every normal before any low.
 
     The sorted backend ranks by level (with the default 60 s aging) whatever the policy.
-    Jobs are enqueued lowest level first, the worst case for anything FIFO-like.
+    Jobs are enqueued lowest level first, the worst case for anything FIFO-like; with
+    partitions, the levels' jobs are spread over all of them.
     """
-    app = make_app(backend=backend)
+    app = make_app(backend=backend, partitions=partitions)
     started: list[str] = []
 
     @app.task
@@ -65,12 +92,12 @@ async def test_strict_precedence_with_a_backlog_everywhere(
     assert started == ["critical"] * 20 + ["normal"] * 20 + ["low"] * 20
 
 
-@pytest.mark.parametrize("concurrency", [1, 8])
+@pytest.mark.parametrize(("concurrency", "partitions"), [(1, 1), (8, 1), (1, 4), (8, 4)])
 async def test_weighted_shares_under_a_flood(
-    make_app: Callable[..., App], concurrency: int
+    make_app: Callable[..., App], concurrency: int, partitions: int
 ) -> None:
     """Shares of started jobs follow the 10:5:1 weights while every level has work."""
-    app = make_app()
+    app = make_app(partitions=partitions)
     started: list[str] = []
 
     @app.task

@@ -1,0 +1,238 @@
+"""A partitioned namespace (``App(partitions=N)``) keeps every promise of one partition:
+the count is agreed, jobs run once wherever they hash, a worker never holds more jobs
+than its slots, dead letters, status, cancel, pause and stats see all partitions, and an
+enqueue wakes about one idle worker per job instead of all of them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from conftest import finish, running, wait_until, worker_for
+from lockgate import AlreadyProcessed, App, ConfigError, Worker, WorkerConfig, deadletter, queues
+from lockgate.connections import AsyncClient
+from lockgate.embedded import EmbeddedServer
+from lockgate.partitions import partition_of
+
+PARTITIONS = 4
+
+
+async def test_a_count_other_than_the_recorded_one_is_a_config_error(
+    make_app: Callable[..., App],
+) -> None:
+    first = make_app(partitions=PARTITIONS)
+
+    @first.task
+    async def job() -> None: ...
+
+    await job.enqueue_async()
+    other = make_app(partitions=1)
+
+    @other.task(name=job.name)
+    async def same() -> None: ...
+
+    with pytest.raises(ConfigError, match=r"has 4 partition\(s\) in Redis.*partitions=1"):
+        same.enqueue()
+    with pytest.raises(ConfigError, match="partitions=1"):
+        await Worker(other, WorkerConfig(idle_wait=1.0)).run()
+    # The recorded count is untouched and its own App works on.
+    assert (await job.enqueue_async()).created
+
+
+def test_partitions_need_the_streams_backend_and_a_sane_count(
+    make_app: Callable[..., App],
+) -> None:
+    with pytest.raises(ConfigError, match="sorted backend keeps one partition"):
+        make_app(partitions=2, backend="sorted")
+    for bad in (0, 1025, True, 2.5):
+        with pytest.raises(ConfigError, match="partitions"):
+            make_app(partitions=bad)
+
+
+async def test_every_job_runs_once_and_a_worker_never_holds_more_than_its_slots(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+    ran: list[int] = []
+    in_flight: list[int] = []
+    running_now = 0
+    slots = 3
+
+    @app.task
+    async def job(n: int) -> None:
+        nonlocal running_now
+        running_now += 1
+        in_flight.append(running_now)
+        await asyncio.sleep(0.002)  # overlap with the jobs the same read took
+        running_now -= 1
+        ran.append(n)
+
+    sent = app.enqueue_many(
+        [job.message(n, priority=("critical", "low")[n % 2]) for n in range(120)]
+    )
+    assert len({partition_of(r.job_id, PARTITIONS) for r in sent}) == PARTITIONS
+    worker = worker_for(app, concurrency=slots)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 120)
+    assert sorted(ran) == list(range(120))
+    assert max(in_flight) == slots
+
+
+async def test_dead_letters_status_results_and_cancel_across_partitions(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+
+    @app.task(retries=0)
+    async def fail(n: int) -> None:
+        raise ValueError(f"bad {n}")
+
+    @app.task(keep_result=60)
+    async def double(n: int) -> int:
+        return 2 * n
+
+    failed = [fail.enqueue(n) for n in range(8)]
+    kept = [double.enqueue(n) for n in range(8)]
+    later = double.enqueue(99, delay=600)
+    assert later.status() == "delayed"
+    assert app.cancel(later.job_id)
+    assert later.status() == "cancelled"
+    worker = worker_for(app, concurrency=4)
+    async with running(worker):
+        await wait_until(lambda: (worker.processed, worker.dead) == (8, 8))
+    assert [await r.result_async(timeout=5) for r in kept] == [2 * n for n in range(8)]
+    assert {r.status() for r in failed} == {"dead"}
+    letters = deadletter.list_dead(app)
+    assert sorted(letter.job_id for letter in letters) == sorted(r.job_id for r in failed)
+    # Oldest first across partitions, each named '<partition>/<entry id>'.
+    assert [letter.failed_at for letter in letters] == sorted(x.failed_at for x in letters)
+    for letter in letters:
+        assert letter.id.split("/")[0] == str(partition_of(letter.job_id, PARTITIONS))
+        shown = deadletter.show_dead(app, letter.id)
+        assert shown is not None and shown.job_id == letter.job_id
+    assert deadletter.count_dead(app) == 8
+    replayed = deadletter.replay(app, [letters[0]])
+    assert [r.outcome for r in replayed] == ["enqueued"]
+    assert deadletter.count_dead(app) == 7
+    assert deadletter.show_dead(app, letters[0].id) is None
+    assert deadletter.purge(app) == 7 and deadletter.count_dead(app) == 0
+
+
+async def test_pause_holds_every_partition_and_resume_wakes_an_idle_worker(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+
+    @app.task
+    async def job(n: int) -> None: ...
+
+    await queues.pause(app, "default")
+    app.enqueue_many([job.message(n) for n in range(12)])
+    # A long idle wait: only the resume's wake-up can start the jobs promptly.
+    worker = worker_for(app, concurrency=4, idle_wait=60.0)
+    async with running(worker):
+        await wait_until(lambda: worker._reading, message="the worker read once")
+        rows, _ = await app.store.stats(["default"])
+        assert sum(row.waiting for row in rows) == 12 and worker.processed == 0
+        await queues.resume(app, "default")
+        await wait_until(lambda: worker.processed == 12, timeout=20)
+
+
+async def test_a_retry_wakes_an_idle_worker_for_its_due_time(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+    attempts: list[int] = []
+
+    @app.task(retries=1, backoff=0.3, retry_on=(ValueError,))
+    async def flaky() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError("once")
+
+    worker = worker_for(app, concurrency=2, idle_wait=60.0)
+    async with running(worker):
+        await flaky.enqueue_async()
+        # Well under the 60 s idle wait: the settle's wake-up told the worker the due time.
+        await wait_until(lambda: worker.processed == 1, timeout=20)
+    assert len(attempts) == 2
+
+
+async def test_an_idempotent_job_claims_and_marks_done_in_its_partition(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+    ran: list[int] = []
+
+    @app.task(idempotent=True)
+    async def pay(n: int) -> None:
+        ran.append(n)
+
+    for n in range(6):
+        pay.enqueue(n, job_id=f"pay-{n}")
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 6)
+        # The same ids again, after their markers freed them: skipped as already done.
+        for n in range(6):
+            pay.enqueue(n, job_id=f"pay-{n}")
+        await wait_until(lambda: worker.processed == 12)
+    assert sorted(ran) == list(range(6))
+
+
+def test_counters_cooldowns_and_user_claims_on_a_partitioned_namespace(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS)
+    assert app.incr_once("views", "req-1", 2) == (True, 2)
+    assert app.incr_once("views", "req-1", 2) == (False, 2)
+    assert app.counter("views") == 2
+    assert app.cooldown("otp:+84", 60)
+    assert not app.cooldown("otp:+84", 60)
+    with app.idempotent("order:A1"):
+        pass
+    with pytest.raises(AlreadyProcessed, match="order:A1"), app.idempotent("order:A1"):
+        pass
+    # User keys hash by themselves, not into a partition of jobs.
+    claim_key, _ = app.store.claim_place("order:A1")
+    assert claim_key.startswith(f"lockgate:{{{app.namespace}/c.")
+
+
+async def test_one_job_wakes_one_idle_worker_of_fifty() -> None:
+    """The thundering herd, measured: with one partition every idle worker blocks on the
+    streams and wakes for each new job; partitioned, a job wakes one."""
+    woken = {}
+    with EmbeddedServer() as server:
+        for partitions in (1, PARTITIONS):
+            app = App(server.url, namespace=f"herd-{partitions}", partitions=partitions)
+
+            @app.task
+            async def job() -> None: ...
+
+            workers = [Worker(app, WorkerConfig(concurrency=1, idle_wait=60.0)) for _ in range(50)]
+            tasks = [asyncio.create_task(w.run()) for w in workers]
+            try:
+                client, _ = await app.async_connection()
+
+                async def all_idle(client: AsyncClient = client) -> bool:
+                    clients = await client.client_list()
+                    return sum(c["cmd"] in ("blpop", "xread") for c in clients) == 50
+
+                await wait_until(all_idle, message="50 idle workers")
+                before = sum(w._consumer.woken for w in workers if w._consumer)
+                await job.enqueue_async()
+                await wait_until(lambda ws=workers: sum(w.processed for w in ws) == 1)
+                await wait_until(all_idle, message="idle again")
+                woken[partitions] = sum(w._consumer.woken for w in workers if w._consumer) - before
+            finally:
+                for worker in workers:
+                    worker.request_stop()
+                for worker, task in zip(workers, tasks, strict=True):
+                    await finish(worker, task)
+                await app.aclose()
+                app.close()
+    print(f"idle workers woken by one job, of 50: {woken}")
+    assert woken[1] >= 45
+    assert woken[PARTITIONS] <= 2
