@@ -55,8 +55,8 @@ def serve() -> Iterator[Serve]:
         client.__exit__(None, None, None)
 
 
-def shop(make_app: Callable[..., App], backend: str = "streams") -> App:
-    app = make_app(backend=backend)
+def shop(make_app: Callable[..., App], backend: str = "streams", partitions: int = 1) -> App:
+    app = make_app(backend=backend, partitions=partitions)
 
     @app.task(queue="mail", priority="low", keep_result=60)
     def send_invoice(order: str) -> None:
@@ -350,11 +350,13 @@ async def test_live_workers_are_listed_and_a_stopped_one_disappears(
     assert 'id="no-workers"' in page
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("backend", "partitions"), [*((backend, 1) for backend in BACKENDS), ("streams", 4)]
+)
 async def test_dead_letters_are_listed_shown_and_replayed_one_by_one(
-    make_app: Callable[..., App], serve: Serve, backend: str
+    make_app: Callable[..., App], serve: Serve, backend: str, partitions: int
 ) -> None:
-    app = shop(make_app, backend)
+    app = shop(make_app, backend, partitions)
     await dead_lettered(app, "A1", "A2")
     client = serve(app)
     listing = client.get("/dead").text
@@ -362,6 +364,7 @@ async def test_dead_letters_are_listed_shown_and_replayed_one_by_one(
     assert all(f'data-job="{job_id}"' in listing for job_id in letters)
     assert "ValueError: no address for A1" in listing
     letter = letters["invoice-A1"]
+    assert f'href="/dead/{letter.id}"' in listing  # '<partition>/<entry id>' when partitioned
     shown = client.get(f"/dead/{letter.id}").text
     assert "Traceback" in shown and "no address for A1" in shown
     assert client.get("/dead/99-0").status_code == 404

@@ -137,7 +137,7 @@ class Dashboard:
         routes = [
             Route("/", page(self.overview), name="overview"),
             Route("/dead", page(self.dead), name="dead"),
-            Route("/dead/{entry_id}", page(self.letter), name="letter"),
+            Route("/dead/{entry_id:path}", page(self.letter), name="letter"),
             Route("/delayed", page(self.delayed), name="delayed"),
             Route("/jobs", page(self.job), name="job"),
             Route("/do/{action}", page(self.act), methods=["POST"], name="act"),
