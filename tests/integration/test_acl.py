@@ -208,6 +208,55 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert uncalled(server, STREAMS_COMMANDS) - {"+ping"} == set(BACKGROUND)
 
 
+# A partitioned namespace's user also needs its tags' keys and the wake-up lists' commands.
+PARTITIONED = ("+blpop", "+rpush", "+ltrim")
+
+
+async def test_a_partitioned_namespace_runs_as_the_restricted_user(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    commands = (*STREAMS_COMMANDS, *PARTITIONED)
+    url = add_user(server, "worker", fresh_namespace, commands)
+    server.client.execute_command("ACL", "SETUSER", "worker", f"~lockgate:{{{fresh_namespace}/*")
+    app = App(redis_url=url, namespace=fresh_namespace, partitions=4)
+    runs = Runs()
+    server.client.config_resetstat()
+
+    @app.task(idempotent=True)
+    async def record() -> None:
+        runs.record(current_job().job_id)
+
+    @app.task(retries=1)
+    async def flaky() -> None:
+        runs.record(current_job().job_id)
+        if current_job().attempt == 1:
+            raise RetryableError("not yet", delay=0.05)
+
+    @app.task(retries=0)
+    async def doomed() -> None:
+        raise ValueError("card declined")
+
+    try:
+        ids = [f"job-{n}" for n in range(12)]
+        assert all(r.created for r in app.enqueue_many([record.message(job_id=i) for i in ids]))
+        assert record.enqueue(job_id="delayed", delay=0.4).created
+        assert flaky.enqueue(job_id="flaky").created
+        assert doomed.enqueue(job_id="doomed").created
+        with app.idempotent("claim-p"):
+            pass
+        assert app.incr_once("orders", "request-1", 2) == (True, 2)
+        assert app.cooldown("mail", 60) and not app.cooldown("mail", 60)
+        worker = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
+        await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+        stats = await queue_stats(app)
+    finally:
+        await close(app)
+    assert runs.counts() == {**once([*ids, "delayed"]), "flaky": 2}
+    assert stats.dead_letters == 1
+    assert refusals(server) == []
+    assert uncalled(server, PARTITIONED) == set()
+
+
 async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_user(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:
