@@ -12,6 +12,7 @@ letters and counts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,7 @@ from lockgate.connections import (
     sync_client,
 )
 from lockgate.dead_store import PURGE_CHUNK, DeadLetters
-from lockgate.errors import ConfigError
+from lockgate.errors import ConfigError, LockgateError
 from lockgate.faults import translated
 from lockgate.keys import GROUP
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
@@ -43,7 +44,15 @@ from lockgate.stream_broker import StreamBroker
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).
 CANCEL_FLAG_MS = 3_600_000
+log = logging.getLogger(__name__)
 MOVED = "moved"  # a job's marker changed between the read and the script: read again
+
+
+def _wakeup_failed(error: LockgateError) -> None:
+    """The jobs landed but idle workers could not be woken: they find the jobs at their
+    next look (``idle_wait``); the enqueue still succeeded, so it must not raise."""
+    log.warning("enqueued, but could not wake idle workers (%s): they look within idle_wait",
+                error)  # fmt: skip
 
 
 class Store:
@@ -252,14 +261,20 @@ class Store:
         another node than the wake-up lists'."""
         created = plan.created(self.run(plan.calls))
         if (call := self._wakeup_call(plan.wakeups(created))) is not None:
-            self.run([call])
+            try:
+                self.run([call])
+            except LockgateError as e:
+                _wakeup_failed(e)
         return created
 
     async def enqueue_async(self, plan: EnqueuePlan) -> list[bool]:
         """Async :meth:`enqueue`."""
         created = plan.created(await self.run_async(plan.calls))
         if (call := self._wakeup_call(plan.wakeups(created))) is not None:
-            await self.run_async([call])
+            try:
+                await self.run_async([call])
+            except LockgateError as e:
+                _wakeup_failed(e)
         return created
 
     def _wakeup_call(self, counts: Mapping[str, int]) -> ScriptCall | None:

@@ -257,6 +257,30 @@ async def test_a_partitioned_namespace_runs_as_the_restricted_user(
     assert uncalled(server, PARTITIONED) == set()
 
 
+def test_an_enqueue_that_cannot_wake_workers_still_enqueues(
+    server: PrivateRedis, fresh_namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wake-up follows jobs that landed: its failure (here RPUSH refused) is logged,
+    never raised, or a caller would send the jobs again."""
+    commands = (*STREAMS_COMMANDS, "+blpop", "+ltrim")
+    url = add_user(server, "worker", fresh_namespace, commands)
+    server.client.execute_command("ACL", "SETUSER", "worker", f"~lockgate:{{{fresh_namespace}/*")
+    app = App(redis_url=url, namespace=fresh_namespace, partitions=4)
+
+    @app.task
+    async def record() -> None: ...
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="lockgate.store"):
+            sent = app.enqueue_many([record.message(job_id=f"j{n}") for n in range(6)])
+        assert all(r.created for r in sent)
+        assert [app.job(f"j{n}").status for n in range(6)] == ["waiting"] * 6
+        assert "could not wake idle workers" in caplog.text
+        assert refusals(server) == ["command:rpush"]
+    finally:
+        app.close()
+
+
 async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_user(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:

@@ -84,8 +84,8 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "rate_limit": (),
     # Moves due delayed jobs like a read, then counts.
     "peek_stream": ALLOW_OOM,
-    # Tiny items that come with an enqueue (refused whole under OOM before them).
-    "wake_workers": (),
+    # Sent once an enqueue landed, which must not then fail: at most 64 tiny items a list.
+    "wake_workers": ALLOW_OOM,
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"
