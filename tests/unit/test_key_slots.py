@@ -1,7 +1,8 @@
-"""Every key lockgate names for a namespace hashes to the namespace's one cluster slot, so
-each script call is served by one node of a Redis Cluster (no CROSSSLOT, one round trip
-per node for a pipeline). No server: the slot is computed as Redis does (CRC16 of the
-hash tag, redis.crc.key_slot)."""
+"""Every key lockgate names for a namespace hashes to the namespace's one cluster slot (or,
+for a partition of a partitioned namespace, to the partition's), so each script call is
+served by one node of a Redis Cluster (no CROSSSLOT, one round trip per node for a
+pipeline). No server: the slot is computed as Redis does (CRC16 of the hash tag,
+redis.crc.key_slot)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from redis.crc import key_slot
 
 from lockgate import App
-from lockgate.keys import Keys
+from lockgate.keys import Keys, done_marker_place
+from lockgate.partitions import Layout, partition_of, partition_tags
 
 NAMESPACE = "shop-eu"
 ARGUMENTS: dict[str, Any] = {
@@ -55,7 +57,9 @@ def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
     # The naming methods that exist today are all covered (a new one must be too).
     assert {"stream", "delayed", "claim", "done_marker", "wake", "counter", "request",
             "cooldown", "dead", "job", "sorted_keys", "prefix", "worker", "workers",
-            "activity"} <= set(names)  # fmt: skip
+            "activity", "partitions", "wakeup", "tick", "result", "status", "cancel_flag",
+            "rate_limit", "paused", "place_keys", "job_record_keys",
+            "done_bucket_prefix"} <= set(names)  # fmt: skip
     expected = slot(keys.prefix)
     for method, values in names.items():
         assert values, method
@@ -99,3 +103,58 @@ def test_place_keys_name_the_keys_a_marker_points_at() -> None:
     # lockgate 0.2's markers, and none, name no place.
     assert keys.place_keys("1700000000000-3") == keys.place_keys("delayed") == []
     assert keys.place_keys("") == []
+
+
+# Tags a partitioned namespace gives Keys: a partition's, a user claim's (one done bucket),
+# a counter's and a cooldown's (see lockgate.partitions).
+TAGS = [
+    *partition_tags(NAMESPACE, 4), f"{NAMESPACE}/c.7ff", f"{NAMESPACE}/n.views:A1",
+    f"{NAMESPACE}/k.pay:{{A1}}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_every_key_name_of_a_partition_is_in_its_tags_slot(tag: str) -> None:
+    keys = Keys(NAMESPACE, tag)
+    names = key_names(keys)
+    # The same methods name keys as for the namespace itself: none is left out.
+    assert set(names) == set(key_names(Keys(NAMESPACE)))
+    # The hash tag ends at the tag's first '}' (a cooldown's key may hold one).
+    expected = slot(f"{{{tag}}}")
+    assert expected != slot(f"{{{NAMESPACE}}}")
+    for method, values in names.items():
+        for value in values:
+            assert value.startswith(f"lockgate:{{{tag}}}"), (method, value)
+            assert slot(value) == expected, (method, value)
+    for bucket in ("000", "7ff", "fff"):
+        assert slot(keys.done_bucket_prefix + bucket) == expected
+    # A user claim's prefix without its ':' is its one bucket: still the tag's slot.
+    bucket, _ = done_marker_place(keys.done_bucket_prefix.rstrip(":"), keys.claim("k"))
+    assert slot(bucket) == expected
+
+
+def test_every_partitioned_enqueue_call_touches_one_partitions_slot() -> None:
+    app = App("redis://127.0.0.1:1/0", namespace=NAMESPACE, partitions=4)
+
+    @app.task(priority="critical")
+    def pay(order: str) -> None: ...
+
+    @app.task(priority="low", queue="reports")
+    def report(day: str) -> None: ...
+
+    messages = [pay.message(f"o{n}", job_id=f"pay:{{o{n}}}") for n in range(700)]
+    messages += [report.message(f"d{n}", delay=5) for n in range(40)]
+    jobs, plan = app._plan(messages)
+    layout = Layout(NAMESPACE, 4)
+    partition_slots = [slot(tag) for tag in partition_tags(NAMESPACE, 4)]
+    used = set()
+    assert sorted(i for chosen in plan.positions for i in chosen) == list(range(len(jobs)))
+    for call, chosen in zip(plan.calls, plan.positions, strict=True):
+        (call_slot,) = {slot(key) for key in call.keys}
+        part = partition_slots.index(call_slot)
+        used.add(part)
+        # The call carries only jobs of that partition, and names their markers there.
+        for i in chosen:
+            assert partition_of(jobs[i].id, 4) == part, jobs[i].id
+            assert layout.for_job(jobs[i].id).job(jobs[i].id) in call.keys
+    assert used == {0, 1, 2, 3}
