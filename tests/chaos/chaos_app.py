@@ -6,6 +6,9 @@ Redis claim of the job id keeps it single. Its rows carry the pids of the proces
 it and of its worker (the same unless the job ran in a forked child) and the run's start
 time, and ``poison`` notes its own death, so the chaos test can tell a duplicate a
 SIGKILL explains from one it does not.
+
+``LOCKGATE_TEST_PARTITIONS`` (default 1) is the namespace's partition count: the tests'
+cluster runs spread its jobs over several hash tags, and the App must agree.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from lockgate.postgres import claim
 
 RUN = os.environ.get("CHAOS_RUN", "none")
 WORKER = os.getpid()  # the worker process; a child forked to run a job inherits it
-app = App(namespace=os.environ.get("CHAOS_NAMESPACE", "chaos"))
+app = App(
+    namespace=os.environ.get("CHAOS_NAMESPACE", "chaos"),
+    partitions=int(os.environ.get("LOCKGATE_TEST_PARTITIONS", "1")),
+)
 
 
 def _new_pool() -> ConnectionPool:

@@ -28,39 +28,52 @@ the Redis restart). Random kills pause from ``CALM`` jobs before the restart unt
 ``QUIET`` seconds after it, so warm workers meet the crash and such a duplicate cannot
 hide behind a later kill of its worker (a poison job can still kill it: the test then
 counts it as explained, the conservative side).
+
+It runs twice (``where``): on one embedded server with one partition, and with
+``partitions=4`` on a local Redis Cluster of 3 primaries, each with AOF, fsync always, and
+no replica (the workers learn the count from ``LOCKGATE_TEST_PARTITIONS``). There the
+Redis crash is a SIGKILL and restart of one primary, the one serving the most of the
+namespace's partitions: jobs in the other partitions live on through it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import pytest
 import redis
+from redis.cluster import ClusterNode
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
+from clusters import CLUSTER_OPTIONS, LocalCluster, Node, wait_for
 from lockgate import App, Message, codec
 from lockgate.embedded import EmbeddedServer
 from lockgate.errors import SerializationError
 from lockgate.keys import GROUP
+from lockgate.partitions import partition_of
 from lockgate.postgres import init_schema
 
 pytestmark = pytest.mark.chaos
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 SEED_ENV = "LOCKGATE_CHAOS_SEED"
+PARTITIONS_ENV = "LOCKGATE_TEST_PARTITIONS"  # read by chaos_app
 LOG_LEVEL = os.environ.get("LOCKGATE_CHAOS_LOG_LEVEL", "WARNING")  # of the workers' logs
 JOBS = 2_000
 POISON = JOBS // 50  # 2%
@@ -68,8 +81,9 @@ FLAKY = JOBS // 10  # 10%, none of them poison
 REDIS_ONLY = (JOBS - POISON) // 2
 WORKERS = 3
 VISIBILITY = 1.0
-# An idempotent job's claim outlives the Redis outage (1-2 s here, see embedded.kill):
-# the held-up settle lands before another worker may take the claim over.
+# An idempotent job's claim outlives the Redis outage (under 1 s for the embedded server,
+# 2-3 s for a cluster primary, which waits out its rejoin delay: see Server.crash): the
+# held-up settle lands before another worker may take the claim over.
 CLAIM_LEASE = 5.0
 KILL_GAP = (20, 60)  # jobs finished between two random kills
 RESTART_AT = (0.3, 0.6)  # share of the jobs finished when Redis is killed
@@ -90,6 +104,11 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS chaos_deaths (run text NOT NULL, pid int NOT NULL,"
     " at double precision NOT NULL)",
 )
+# What a read of the queues meets while the server, or one primary, is down.
+OUTAGE = (redis.ConnectionError, redis.TimeoutError, ClusterError, RedisClusterException,
+          TryAgainError)  # fmt: skip
+# The cluster's primaries persist every write before answering, as the embedded server does.
+DURABLE = {"appendfsync": "always", "appendonly": "yes"}
 
 
 def chaos_seed() -> int:
@@ -135,6 +154,113 @@ class Plan:
 
     def jobs(self, task: str) -> set[int]:
         return {n for n, name in self.task.items() if name == task}
+
+
+class Server(Protocol):
+    """Where a run's jobs live: its URL, the namespace's partitions, and the crash."""
+
+    url: str
+    partitions: int
+
+    def client(self) -> Any:
+        """A sync client for the supervisor's reads."""
+
+    def crash(self, app: App) -> str:
+        """SIGKILL Redis (on a cluster, one primary), start it again from its AOF, wait
+        until it serves; what was crashed."""
+
+
+class SingleServer:
+    """One embedded server (AOF, fsync always) and one partition: the crash restarts it."""
+
+    partitions = 1
+
+    def __init__(self, server: EmbeddedServer) -> None:
+        self.server, self.url = server, server.url
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
+
+    def crash(self, app: App) -> str:
+        self.server.kill()
+        self.server.start()
+        return "the server"
+
+
+class DurableCluster:
+    """3 primaries with AOF, fsync always, and 4 partitions: the crash SIGKILLs the primary
+    that serves the most of the namespace's partitions (on a tie, the one that serves its
+    own tag too: registry, wake-up lists) and restarts it from its AOF.
+
+    No replica, so no failover: a promoted replica may lack the last acknowledged writes
+    (asynchronous replication), a loss the cluster fault tests leave aside too, while a
+    primary restarted from its AOF loses nothing, as the single server does. While it is
+    down, and while it waits out the rejoin delay of a restarted primary (the node
+    timeout, 2 s here), its slots fail; the other primaries serve on.
+    """
+
+    partitions = 4
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster, self.url = cluster, cluster.seeds
+        for node in cluster.nodes:
+            with contextlib.closing(node.client()) as client:
+                for name, value in DURABLE.items():
+                    client.config_set(name, value)
+        wait_for(lambda: all(map(aof_on, cluster.nodes)), "the AOF on every primary")
+
+    def client(self) -> redis.RedisCluster:
+        # From hosts and ports, not from_url: see inspection_client in tests/conftest.py.
+        seeds = [ClusterNode("127.0.0.1", node.port) for node in self.cluster.nodes]
+        return redis.RedisCluster(startup_nodes=seeds, socket_timeout=5, socket_connect_timeout=5)
+
+    def crash(self, app: App) -> str:
+        victim, served = self.busiest(app)
+        victim.signal(signal.SIGKILL)
+        binary = shutil.which(self.cluster.binary) or self.cluster.binary
+        durable = [option for name, value in DURABLE.items() for option in (f"--{name}", value)]
+        victim.start(binary, *CLUSTER_OPTIONS, *durable)  # the later --appendonly wins
+        wait_for(victim.answers, "the restarted primary")
+        self.cluster.wait_ok()
+        if not aof_on(victim):
+            raise AssertionError(f"{victim.address} restarted without its AOF")
+        return f"primary {victim.address} serving {served}"
+
+    def busiest(self, app: App) -> tuple[Node, str]:
+        """The primary to crash, and what of the namespace it serves."""
+        layout = app.store.layout
+        with contextlib.closing(self.client()) as client:
+            ports = [
+                int(client.get_node_from_key(keys.prefix).port)
+                for keys in (layout.base, *layout.parts)
+            ]
+        own, parts = ports[0], ports[1:]
+        victim = max(self.cluster.nodes, key=lambda n: (parts.count(n.port), n.port == own))
+        served = [f"p{i}" for i, port in enumerate(parts) if port == victim.port]
+        return victim, ", ".join(served + ["the namespace's own tag"] * (own == victim.port))
+
+
+def aof_on(node: Node) -> bool:
+    """Whether the node appends every write to its AOF (no rewrite still to come)."""
+    with contextlib.closing(node.client()) as client:
+        info = client.info("persistence")
+    return bool(
+        info["aof_enabled"] == 1
+        and info["aof_rewrite_in_progress"] == 0
+        and info["aof_rewrite_scheduled"] == 0
+        and info["loading"] == 0
+    )
+
+
+@contextlib.contextmanager
+def serving(where: str) -> Iterator[Server]:
+    """The run's private Redis: one embedded server, or a local cluster of 3 primaries."""
+    if where == "cluster":
+        with LocalCluster(primaries=3, replicas=0) as cluster:
+            yield DurableCluster(cluster)
+    else:
+        with EmbeddedServer(appendonly=True, fsync="always") as server:
+            yield SingleServer(server)
 
 
 class Fleet:
@@ -214,16 +340,16 @@ class Watch:
     """Jobs finished and jobs left in Redis, read at each tick of the supervisor.
 
     Progress is a new high of finished jobs (distinct effects plus dead letters) or a new
-    low of entries left in the streams and delayed sets.
+    low of entries left in the streams and delayed sets, of every partition.
     """
 
-    def __init__(self, app: App, client: redis.Redis, conn: psycopg.Connection[Any], run: str):
+    def __init__(self, app: App, client: Any, conn: psycopg.Connection[Any], run: str):
         self.client, self.conn, self.run = client, conn, run
-        levels = app.levels.names
+        levels, parts = app.levels.names, app.store.layout.parts
         self.keys = (
-            [app.keys.stream("default", level) for level in levels],
-            [app.keys.delayed("default", level) for level in levels],
-            app.keys.dead(),
+            [keys.stream("default", level) for keys in parts for level in levels],
+            [keys.delayed("default", level) for keys in parts for level in levels],
+            [keys.dead() for keys in parts],
         )
         self.finished, self.left = 0, JOBS
         self.most_finished, self.least_left = 0, JOBS
@@ -240,15 +366,15 @@ class Watch:
         streams, delayed, dead = self.keys
         try:
             with self.client.pipeline(transaction=False) as pipe:
-                pipe.xlen(dead)
-                for key in streams:
+                for key in dead + streams:
                     pipe.xlen(key)
                 for key in delayed:
                     pipe.zcard(key)
-                dead_letters, *lengths = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
+                lengths = pipe.execute()
+        except OUTAGE:
             return  # the server is restarting: keep the last counts
-        self.finished, self.left = int(row[0]) + int(dead_letters), sum(lengths)
+        dead_letters = sum(lengths[: len(dead)])
+        self.finished, self.left = int(row[0]) + dead_letters, sum(lengths[len(dead) :])
         since = time.monotonic() - self.began
         if since >= TRACE_EVERY * len(self.trace):
             self.trace.append(f"{since:.0f}s:{self.finished}/{self.left}")
@@ -274,13 +400,15 @@ class Run:
     downtime: float = 0.0
     restarted_at: int = 0  # jobs finished then
     restart_time: float = 0.0  # time.time() when Redis was killed
+    crashed: str = ""  # what was killed and restarted
+    partitions: int = 1  # of the namespace
     stalled: bool = False
     trace: list[str] = field(default_factory=list)  # "seconds:finished/left", now and then
 
 
-def supervise(fleet: Fleet, watch: Watch, server: EmbeddedServer, plan: Plan) -> Run:
+def supervise(fleet: Fleet, watch: Watch, server: Server, app: App, plan: Plan) -> Run:
     """Kill and replace workers until no job is left in Redis or progress stops."""
-    run = Run()
+    run = Run(partitions=server.partitions)
     started = time.monotonic()
     fleet.start()
     while True:
@@ -292,8 +420,7 @@ def supervise(fleet: Fleet, watch: Watch, server: EmbeddedServer, plan: Plan) ->
             fleet.hold_kills(QUIET)  # busy workers, not fresh ones, meet the crash
         if not run.restarts and watch.finished >= plan.restart_at:
             down, run.restart_time = time.monotonic(), time.time()
-            server.kill()
-            server.start()
+            run.crashed = server.crash(app)
             run.downtime = time.monotonic() - down
             run.restarts, run.restarted_at = 1, watch.finished
             watch.restart_clock()
@@ -325,10 +452,11 @@ def job_id(raw: bytes | str) -> str:
         return f"<undecodable {raw[:40]!r}>"
 
 
-def locate(client: redis.Redis, app: App) -> Queues:
+def locate(client: Any, app: App) -> Queues:
     queues = Queues(set(), set(), set(), {}, [])
-    for level in app.levels.names:
-        stream = app.keys.stream("default", level)
+    parts = app.store.layout.parts
+    for keys, level in itertools.product(parts, app.levels.names):
+        stream = keys.stream("default", level)
         entries = {entry: job_id(fields[b"job"]) for entry, fields in client.xrange(stream)}
         pel = client.xpending_range(stream, GROUP, "-", "+", JOBS) if entries else []
         pending = {row["message_id"] for row in pel}
@@ -336,10 +464,11 @@ def locate(client: redis.Redis, app: App) -> Queues:
         queues.strays += [name for name in entries.values() if name.startswith("<")]
         queues.pending |= {entries[entry] for entry in pending & entries.keys()}
         queues.waiting |= {entries[entry] for entry in entries.keys() - pending}
-        members = client.zrange(app.keys.delayed("default", level), 0, -1)
+        members = client.zrange(keys.delayed("default", level), 0, -1)
         queues.delayed |= {job_id(member) for member in members}
-    for _, fields in client.xrange(app.keys.dead()):
-        queues.dead[fields[b"job_id"].decode()] = fields.get(b"reason", b"").decode()
+    for keys in parts:
+        for _, fields in client.xrange(keys.dead()):
+            queues.dead[fields[b"job_id"].decode()] = fields.get(b"reason", b"").decode()
     return queues
 
 
@@ -441,6 +570,14 @@ def described(name: str, reason: str, plan: Plan, done: set[int]) -> str:
     return f"{plan.task[n]}, effect {'made' if n in done else 'none'}: {reason}"
 
 
+def by_partition(names: Sequence[str], partitions: int) -> str:
+    """How many of ``names`` (job ids) each partition holds, when there are several."""
+    if partitions == 1 or not names:
+        return ""
+    count = Counter(partition_of(name, partitions) for name in names)
+    return " (by partition: " + ", ".join(f"p{p} {n}" for p, n in sorted(count.items())) + ")"
+
+
 def shown(ids: Sequence[str] | set[str]) -> str:
     listed = sorted(ids, key=lambda name: (len(name), name))
     more = f" (+{len(listed) - SHOWN} more)" if len(listed) > SHOWN else ""
@@ -500,13 +637,16 @@ def judge(
     report = "\n  ".join(
         [
             f"chaos seed={seed} plan={plan.fingerprint}: {JOBS} jobs ({POISON} poison, "
-            f"{FLAKY} flaky, {REDIS_ONLY} Redis-only) in {run.elapsed:.1f}s",
+            f"{FLAKY} flaky, {REDIS_ONLY} Redis-only, partitions={run.partitions}) in "
+            f"{run.elapsed:.1f}s",
             f"{fleet.random_kills} random kills, {fleet.poisoned} workers killed by poison, "
             f"other exits {fleet.exits}",
-            f"{run.restarts} Redis restart: planned at {plan.restart_at} jobs finished, killed "
-            f"at {run.restart_time - t0:.2f}s with {run.restarted_at}, down {run.downtime:.2f}s",
+            f"{run.restarts} Redis restart ({run.crashed}): planned at {plan.restart_at} jobs "
+            f"finished, killed at {run.restart_time - t0:.2f}s with {run.restarted_at}, down "
+            f"{run.downtime:.2f}s",
             f"progress (time:finished/left): {' '.join(run.trace)}",
-            f"lost {len(lost)} {shown(lost)}; unfinished {len(unfinished)} {shown(unfinished)}",
+            f"lost {len(lost)} {shown(lost)}; unfinished {len(unfinished)} {shown(unfinished)}"
+            f"{by_partition(lost + unfinished, run.partitions)}",
             f"pending {len(queues.pending)}, waiting {len(queues.waiting)}, delayed "
             f"{len(queues.delayed)}, strays {len(queues.strays)}; dead-lettered "
             f"{len(queues.dead)} (poison {len(poison)})",
@@ -537,8 +677,9 @@ def judge(
     return report, [message for failed, message in checks if failed]
 
 
+@pytest.mark.parametrize("where", ["single", "cluster"], ids=["single-p1", "cluster-p4"])
 @pytest.mark.timeout(600)  # a backstop: lack of progress fails the test long before
-def test_chaos_nothing_lost_nothing_doubled(tmp_path: Path) -> None:
+def test_chaos_nothing_lost_nothing_doubled(tmp_path: Path, where: str) -> None:
     seed = chaos_seed()
     run_id, namespace = uuid.uuid4().hex, f"chaos-{uuid.uuid4().hex[:8]}"
     print(f"\nchaos seed={seed} (replay: {SEED_ENV}={seed}; rows of run {run_id})", flush=True)
@@ -548,19 +689,17 @@ def test_chaos_nothing_lost_nothing_doubled(tmp_path: Path) -> None:
         for statement in SCHEMA:
             conn.execute(statement)
     t0 = time.time()
-    with (
-        EmbeddedServer(appendonly=True, fsync="always") as server,
-        psycopg.connect(DSN, autocommit=True) as conn,
-    ):
-        app = App(redis_url=server.url, namespace=namespace)
+    with serving(where) as server, psycopg.connect(DSN, autocommit=True) as conn:
+        app = App(redis_url=server.url, namespace=namespace, partitions=server.partitions)
         plan = Plan.draw(rng, app.levels.names)
         enqueue(app, plan)
         env = dict(os.environ, LOCKGATE_REDIS_URL=server.url, CHAOS_NAMESPACE=namespace,
-                   CHAOS_RUN=run_id, CHAOS_DSN=DSN)  # fmt: skip
-        client = redis.Redis.from_url(server.url, socket_timeout=5, socket_connect_timeout=5)
+                   CHAOS_RUN=run_id, CHAOS_DSN=DSN,
+                   **{PARTITIONS_ENV: str(server.partitions)})  # fmt: skip
+        client = server.client()
         fleet = Fleet(env, tmp_path, rng)
         try:
-            run = supervise(fleet, Watch(app, client, conn, run_id), server, plan)
+            run = supervise(fleet, Watch(app, client, conn, run_id), server, app, plan)
         finally:
             fleet.stop()
         queues = locate(client, app)
