@@ -30,7 +30,7 @@ from lockgate.connections import (
     sync_client,
 )
 from lockgate.dead_store import PURGE_CHUNK, DeadLetters
-from lockgate.errors import ConfigError, LockgateError
+from lockgate.errors import ConfigError, LockgateError, ServerBusy
 from lockgate.faults import translated
 from lockgate.keys import GROUP
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
@@ -125,13 +125,16 @@ class Store:
     async def _checked_async(self, client: AsyncClient) -> AsyncClient:
         """``client``, once the namespace's partition count agrees (else it is closed)."""
         try:
-            with translated(self.url):
-                recorded = await client.set(*self._partition_record(), nx=True, get=True)
-            self._check_partitions(recorded)
+            await self._first_call_checks_async(client)
         except BaseException:
             await client.aclose()
             raise
         return client
+
+    # The partition count is read, and written by the first client that finds none
+    # (SET NX GET: of two first clients, the second reads the first's). A server that
+    # refuses the write for now (over maxmemory, a failover) delays it to the next call:
+    # a worker must still start and drain then.
 
     def _first_call_checks(self, client: SyncClient) -> None:
         """Before this Store's first script call: the namespace's partition count agrees.
@@ -139,16 +142,31 @@ class Store:
         Raises:
             ConfigError: it does not.
         """
-        if not self._partitions_checked:
+        if self._partitions_checked:
+            return
+        key, count = self._partition_record()
+        try:
             with translated(self.url):
-                self._check_partitions(client.set(*self._partition_record(), nx=True, get=True))
+                recorded: Any = client.get(key)
+                if recorded is None:
+                    recorded = client.set(key, count, nx=True, get=True)
+        except ServerBusy:
+            return
+        self._check_partitions(recorded)
 
     async def _first_call_checks_async(self, client: AsyncClient) -> None:
         """Async :meth:`_first_call_checks`."""
-        if not self._partitions_checked:
+        if self._partitions_checked:
+            return
+        key, count = self._partition_record()
+        try:
             with translated(self.url):
-                recorded = await client.set(*self._partition_record(), nx=True, get=True)
-            self._check_partitions(recorded)
+                recorded: Any = await client.get(key)
+                if recorded is None:
+                    recorded = await client.set(key, count, nx=True, get=True)
+        except ServerBusy:
+            return
+        self._check_partitions(recorded)
 
     async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
         """The running loop's async client and its scripts (created on first use)."""
