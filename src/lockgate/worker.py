@@ -101,6 +101,11 @@ class Worker:
         self._reclaim_rounds = 0
         self._burst = False
         self._intake = IntakeLimit(self.config.concurrency)
+        # A partitioned read first counts the jobs of every partition (see
+        # lockgate.partitioned): while jobs run, wait for a quarter of the slots to free so
+        # that each read carries several jobs and that count is paid for a few at once.
+        partitioned = app.store.layout.partitioned
+        self._min_read = max(1, self.config.concurrency // 4) if partitioned else 1
         self._reading = False  # the fetch loop's last read worked (see ready)
 
     @property
@@ -270,7 +275,7 @@ class Worker:
         """One turn of the loop; True when it must wait for a running job to finish."""
         assert self._consumer is not None
         free = self._intake.free(len(self._running))
-        if free <= 0:
+        if free <= 0 or (free < self._min_read and self._running):
             return True
         if time.monotonic() >= self._next_reclaim and await self._reclaim():
             return False

@@ -2,7 +2,8 @@
 -- and peek_stream.lua, which move due delayed jobs (retries, delayed enqueues) into their
 -- streams before they look at the streams.
 -- promote(n): for k = 1..n, moves the jobs of delayed set KEYS[n + k] that are due by the
--- server's clock (at most 1,000 per set per call) into stream KEYS[k], pointing each moved
+-- server's clock (at most 1,000 per set per call; one ZRANGE when none is) into stream
+-- KEYS[k], pointing each moved
 -- job's marker at its new entry; under maxmemory an XADD refused stops that set's move
 -- (the jobs stay delayed: draining frees memory). Returns ms until the next delayed job
 -- is due, -1 when none is.
@@ -27,16 +28,19 @@ local function promote(n)
   local next_due = -1
   for k = 1, n do
     local delayed = KEYS[n + k]
-    local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
-    local moved = {}
-    for _, job in ipairs(due) do
-      local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
-      if type(added) == 'table' and added.err then break end
-      point_marker(KEYS[k], job, added)
-      moved[#moved + 1] = job
-    end
-    if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end
     local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+    if #first == 2 and tonumber(first[2]) <= now then  -- something is due: move it
+      local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
+      local moved = {}
+      for _, job in ipairs(due) do
+        local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
+        if type(added) == 'table' and added.err then break end
+        point_marker(KEYS[k], job, added)
+        moved[#moved + 1] = job
+      end
+      if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end
+      first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+    end
     if #first == 2 then
       local wait = math.max(0, tonumber(first[2]) - now)
       if next_due < 0 or wait < next_due then next_due = wait end

@@ -6,7 +6,7 @@
 --       paused queues (Keys.paused)
 -- ARGV: group, then the queue of each stream (n values)
 -- Touches: first moves due delayed jobs into their streams (see _promote.lua); then reads
---          XLEN and XINFO GROUPS. Acknowledged entries are deleted, so the jobs waiting
+--          XLEN, and XINFO GROUPS of a stream that is not empty. Acknowledged entries are deleted, so the jobs waiting
 --          are the entries not pending in the group (all of them while there is none).
 -- Returns: {waiting, next_due_ms}: waiting[k] = jobs waiting in stream k (0 for a paused
 --          queue's); next_due_ms = ms until the next delayed job is due, -1 when none.
@@ -19,8 +19,8 @@ for _, queue in ipairs(redis.call('ZRANGE', KEYS[2 * n + 1], 0, -1)) do paused[q
 local waiting = {}
 for k = 1, n do
   local count = 0
-  if not paused[ARGV[1 + k]] and redis.call('EXISTS', KEYS[k]) == 1 then
-    count = redis.call('XLEN', KEYS[k])
+  if not paused[ARGV[1 + k]] then count = redis.call('XLEN', KEYS[k]) end
+  if count > 0 then
     for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[k])) do
       local fields = {}
       for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
