@@ -1,12 +1,15 @@
 """A worker's consumer of a partitioned namespace: one stream consumer per partition, read
 as one.
 
-A read is two round trips, each one pipelined call per partition (sent to every node at
-once on a cluster): a peek (``lua/peek_stream.lua``: due delayed jobs move, then the jobs
-waiting in each stream are counted), then reads of exactly the jobs the plan picked
-(:func:`lockgate.policy.spread_read`), so a worker never takes more jobs than its free
-slots, nor a lower job while a higher one waits in any partition. FIFO holds within a
-level of one partition.
+A read first needs to know where jobs wait: a count (``lua/peek_stream.lua``, one
+pipelined call per partition, sent to every node at once on a cluster) moves due delayed
+jobs and counts the jobs waiting in each stream. The read then takes exactly the jobs
+its plan picked (:func:`lockgate.policy.spread_read`), so a worker never takes more jobs
+than its free slots, nor a lower job while a higher one waits in any partition (as of
+the count). A busy worker plans its next reads from the same count, less what it took,
+for up to :data:`COUNT_EVERY`, or until the count proves short or wrong: one round trip
+per read, as with one partition, and a count every few reads. FIFO holds within a level
+of one partition.
 
 An idle worker blocks on its queues' wake-up lists (``BLPOP``, all of them under the
 namespace's own tag): a producer pushes one item per job it added, once the jobs landed,
@@ -20,6 +23,8 @@ node.
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +40,10 @@ from lockgate.stream_broker import Read, StreamConsumer
 
 # Items a wake-up list keeps, and the most one enqueue pushes (see lua/wake_workers.lua).
 WAKEUPS_MAX = 64
+# Seconds one count of the partitions' waiting jobs serves a busy worker's reads: a job
+# that arrives in a partition meanwhile is seen at the next count (or when the counted
+# jobs run out); a strict policy's precedence holds as of the last count.
+COUNT_EVERY = 0.01
 log = logging.getLogger(__name__)
 
 
@@ -73,53 +82,81 @@ class PartitionedConsumer:
         self._reclaim_turn = 0
         self._to_wake: set[str] = set()
         self.woken = 0
+        self._counts: list[list[int]] | None = None  # jobs waiting, per partition and stream
+        self._counted_at = 0.0
+        self._due_at: float | None = None  # when the next delayed job is due (monotonic)
 
     def _level(self, stream: str) -> int:
         return self._parts[0].place(stream)[1]
 
+    async def _count(self) -> None:
+        """Count the jobs waiting in every partition (due delayed jobs move first)."""
+        with translated(self._url):
+            peeks = await self._scripts.run_all([part.peek_call() for part in self._parts])
+        self._counts = [list(map(int, counts)) for counts, _ in peeks]
+        self._counted_at = now = time.monotonic()
+        dues = [int(due) for _, due in peeks if int(due) >= 0]
+        self._due_at = now + min(dues) / 1000 if dues else None
+
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
-        with translated(self._url):
-            peeks = await self._scripts.run_all([part.peek_call() for part in self._parts])
-        waiting = [list(map(int, counts)) for counts, _ in peeks]
-        dues = [int(due) for _, due in peeks if int(due) >= 0]
+        if self._counts is None or time.monotonic() - self._counted_at > COUNT_EVERY:
+            await self._count()
+        waiting = self._counts
+        assert waiting is not None
         start, self._turn = self._turn % len(self._parts), self._turn + 1
         plan = spread_read(waiting, self._stream_levels, quotas, free, start)
         calls: list[ScriptCall] = []
-        reads: list[tuple[StreamConsumer, Read]] = []
-        for part, counts in zip(self._parts, plan, strict=True):
+        reads: list[tuple[int, Read]] = []
+        for index, (part, counts) in enumerate(zip(self._parts, plan, strict=True)):
             picked = [(stream, n) for stream, n in zip(part.streams, counts, strict=True) if n]
             if picked:
                 call, read = part.counted_read_call(picked)
                 calls.append(call)
-                reads.append((part, read))
+                reads.append((index, read))
         replies: list[Any] = []
         if calls:
             with translated(self._url):
                 replies = await self._scripts.run_all(calls)
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
-        for (part, read), reply in zip(reads, replies, strict=True):
+        # The next reads plan from these counts, less what this one took, until they are
+        # COUNT_EVERY old, or found wrong (a stream gave fewer jobs than planned: another
+        # worker took them), or short of the free slots (new jobs may have come).
+        stale = sum(map(sum, plan)) < free
+        for (index, read), reply in zip(reads, replies, strict=True):
+            part = self._parts[index]
             taken = part.parse_read(reply, read.layout, read.token)
             result.deliveries += taken.deliveries
             for level, count in enumerate(taken.taken):
                 result.taken[level] += count
-            if taken.next_due is not None:
-                dues.append(round(taken.next_due * 1000))
-        # A level is dry when the plan took every job the peeks saw waiting on it.
-        for counts, planned in zip(waiting, plan, strict=True):
+            got = Counter(delivery.source for delivery in taken.deliveries)
+            for k, stream in enumerate(part.streams):
+                waiting[index][k] = max(0, waiting[index][k] - got[stream])
+                stale = stale or got[stream] < plan[index][k]
+        # A level is dry when the plan took every job counted waiting on it.
+        for counts, planned in zip(self._counts_before(waiting, plan), plan, strict=True):
             for k, level in enumerate(self._stream_levels):
                 if counts[k] > planned[k]:
                     result.dry[level] = False
-        result.next_due = min(dues) / 1000 if dues else None
+        if self._due_at is not None:
+            result.next_due = max(0.0, self._due_at - time.monotonic())
+        if stale:
+            self._counts = None
         return result
+
+    @staticmethod
+    def _counts_before(after: list[list[int]], plan: list[list[int]]) -> list[list[int]]:
+        return [[a + p for a, p in zip(left, taken, strict=True)]
+                for left, taken in zip(after, plan, strict=True)]  # fmt: skip
 
     async def wait_for_work(self, timeout: float) -> None:
         # BLPOP's timeout is in seconds, decimals allowed (Redis 6+); 0 would block for ever.
         with translated(self._url):
             if await self._client.blpop(self._wakeups, timeout=max(0.001, timeout)):
                 self.woken += 1
+        self._counts = None  # woken or timed out: count again
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         outcome = settlement.outcome

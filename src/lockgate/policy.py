@@ -122,8 +122,9 @@ def spread_read(
     The read script's two passes, taken across partitions from counts of the jobs waiting
     in each: first each level's quota, then what is left in precedence order, so the plan
     takes no more than ``free``, nor a lower job while a higher one waits anywhere. Within
-    a level it takes one job at a time from each stream with jobs left, partitions in turn
-    from ``start`` (a rotation, so none is always first).
+    a level it takes what it can from one partition before the next, partitions in turn
+    from ``start`` (a rotation, so none is always first), so a read calls few partitions;
+    within a partition, the level's streams (queues) give one job each in turn.
 
     Args:
         waiting: per partition, the jobs waiting in each stream.
@@ -143,16 +144,13 @@ def spread_read(
     def take(level: int, want: int) -> int:
         streams = [k for k, at in enumerate(stream_levels) if at == level]
         given = 0
-        while given < want:
-            before = given
-            for p in order:
+        for p in order:
+            while given < want and any(left[p][k] > 0 for k in streams):
                 for k in streams:
                     if given < want and left[p][k] > 0:
                         left[p][k] -= 1
                         plan[p][k] += 1
                         given += 1
-            if given == before:
-                break
         return given
 
     remaining = free

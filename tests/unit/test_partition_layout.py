@@ -368,18 +368,24 @@ def test_spread_read_gives_each_level_its_quota_when_all_have_work() -> None:
         assert level_totals(plan, stream_levels, levels) == quotas, (quotas, plan)
 
 
-def test_spread_read_is_round_robin_within_a_level() -> None:
-    """Strict policy (one pass): within a level no stream gets two jobs more than a
-    stream of that level that still has jobs left."""
+def test_spread_read_calls_few_partitions() -> None:
+    """Within a level a partition gives all it can before the next in turn serves, and
+    within a partition the level's streams (queues) take turns."""
     for waiting, stream_levels, quotas, free, start in random_cases(500, 21, strict=True):
         plan = spread_read(waiting, stream_levels, quotas, free, start)
-        streams = [(p, k) for p in range(len(waiting)) for k in range(len(stream_levels))]
-        for p, k in streams:
-            if plan[p][k] >= waiting[p][k]:
-                continue  # drained: nothing to compare
-            for q, m in streams:
-                if stream_levels[m] == stream_levels[k]:
-                    assert plan[q][m] <= plan[p][k] + 1, (waiting, free, start, plan)
+        order = [(start + i) % len(waiting) for i in range(len(waiting))]
+        for level in set(stream_levels):
+            streams = [k for k, at in enumerate(stream_levels) if at == level]
+            served = [p for p in order if any(plan[p][k] for k in streams)]
+            for earlier in served[:-1]:
+                # A later partition served: every one before it gave all it had.
+                assert all(plan[earlier][k] == waiting[earlier][k] for k in streams)
+            for p in served:
+                undrained = [plan[p][k] for k in streams if plan[p][k] < waiting[p][k]]
+                drained = [plan[p][k] for k in streams if plan[p][k] == waiting[p][k]]
+                if undrained:
+                    assert max(undrained) - min(undrained) <= 1, (waiting, plan)
+                    assert all(d <= max(undrained) + 1 for d in drained), (waiting, plan)
 
 
 def test_spread_read_rotation_picks_the_first_partition() -> None:
@@ -390,8 +396,9 @@ def test_spread_read_rotation_picks_the_first_partition() -> None:
             expected = [[0, 0] for _ in waiting]
             expected[start][0] = 1
             assert plan == expected, (start, quotas)
-    # Two slots from partition 3: partitions 3, then 0 (in turn, wrapping).
-    assert spread_read(waiting, [0, 1], [0, 0], 2, 3) == [[1, 0], [0, 0], [0, 0], [1, 0]]
+    # Two slots from partition 3, which has them; four: then partition 0 (wrapping).
+    assert spread_read(waiting, [0, 1], [0, 0], 2, 3) == [[0, 0], [0, 0], [0, 0], [2, 0]]
+    assert spread_read(waiting, [0, 1], [0, 0], 4, 3) == [[1, 0], [0, 0], [0, 0], [3, 0]]
     # A partition with nothing of the level is skipped; the next in turn serves.
     sparse = [[0, 3], [0, 3], [2, 3], [0, 3]]
     assert spread_read(sparse, [0, 1], [0, 0], 1, 0) == [[0, 0], [0, 0], [1, 0], [0, 0]]
