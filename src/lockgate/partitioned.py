@@ -101,12 +101,19 @@ class PartitionedConsumer:
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
-        if self._counts is None or time.monotonic() - self._counted_at > COUNT_EVERY:
+        counted = self._counts is None or time.monotonic() - self._counted_at > COUNT_EVERY
+        if counted:
             await self._count()
-        waiting = self._counts
-        assert waiting is not None
         start, self._turn = self._turn % len(self._parts), self._turn + 1
-        plan = spread_read(waiting, self._stream_levels, quotas, free, start)
+        assert self._counts is not None
+        plan = spread_read(self._counts, self._stream_levels, quotas, free, start)
+        if not counted and sum(map(sum, plan)) < free:
+            # The count ran short of the free slots: new jobs may have come meanwhile (or
+            # been put back), and an empty read must never rest on an old count.
+            await self._count()
+            assert self._counts is not None
+            plan = spread_read(self._counts, self._stream_levels, quotas, free, start)
+        waiting = self._counts
         calls: list[ScriptCall] = []
         reads: list[tuple[int, Read]] = []
         for index, (part, counts) in enumerate(zip(self._parts, plan, strict=True)):
@@ -123,8 +130,8 @@ class PartitionedConsumer:
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
         # The next reads plan from these counts, less what this one took, until they are
         # COUNT_EVERY old, or found wrong (a stream gave fewer jobs than planned: another
-        # worker took them), or short of the free slots (new jobs may have come).
-        stale = sum(map(sum, plan)) < free
+        # worker took them).
+        stale = False
         for (index, read), reply in zip(reads, replies, strict=True):
             part = self._parts[index]
             taken = part.parse_read(reply, read.layout, read.token)
@@ -159,8 +166,7 @@ class PartitionedConsumer:
         self._counts = None  # woken or timed out: count again
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
-        outcome = settlement.outcome
-        if outcome.next_job is not None and outcome.delay > 0:
+        if settlement.outcome.next_job is not None:  # a retry or put-back: a job comes back
             self._to_wake.add(settlement.delivery.queue)
         return self._owner[settlement.delivery.source].settle_call(settlement)
 
@@ -168,6 +174,9 @@ class PartitionedConsumer:
         # A settle call names its own stream's keys: any part's pipeline sends it right.
         replies = await self._parts[0].settle(calls)
         if self._to_wake:
+            # The count knows nothing of the jobs put back (nor of their due times), and
+            # idle workers are told.
+            self._counts = None
             queues, self._to_wake = self._to_wake, set()
             try:
                 with translated(self._url):

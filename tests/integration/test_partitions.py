@@ -11,7 +11,17 @@ from collections.abc import Callable
 import pytest
 
 from conftest import finish, running, wait_until, worker_for
-from lockgate import AlreadyProcessed, App, ConfigError, Worker, WorkerConfig, deadletter, queues
+from lockgate import (
+    AlreadyProcessed,
+    App,
+    ConfigError,
+    RetryableError,
+    Worker,
+    WorkerConfig,
+    deadletter,
+    partitioned,
+    queues,
+)
 from lockgate.connections import AsyncClient
 from lockgate.embedded import EmbeddedServer
 from lockgate.partitions import partition_of
@@ -158,6 +168,31 @@ async def test_a_retry_wakes_an_idle_worker_for_its_due_time(
         # Well under the 60 s idle wait: the settle's wake-up told the worker the due time.
         await wait_until(lambda: worker.processed == 1, timeout=20)
     assert len(attempts) == 2
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+async def test_a_burst_worker_runs_a_put_back_job_before_it_stops(
+    make_app: Callable[..., App], delay: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy worker plans reads from a count of the partitions: a job its own settle put
+    back (a retry) must still be seen before a burst run decides nothing is left. The
+    count is kept for a minute here, so only a recount for the put-backs finds them."""
+    monkeypatch.setattr(partitioned, "COUNT_EVERY", 60.0)
+    app = make_app(partitions=PARTITIONS)
+    attempts: dict[int, int] = {}
+
+    @app.task(retries=2)
+    async def flaky(n: int) -> None:
+        attempts[n] = attempts.get(n, 0) + 1
+        if attempts[n] == 1:
+            raise RetryableError("again", delay=delay)
+
+    # One job, one slot: the first read takes every job counted, then reads again only
+    # once the put-back landed.
+    await flaky.enqueue_async(0)
+    worker = worker_for(app, concurrency=1)
+    await asyncio.wait_for(worker.run(burst=True), 30)
+    assert attempts == {0: 2}
 
 
 async def test_an_idempotent_job_claims_and_marks_done_in_its_partition(
