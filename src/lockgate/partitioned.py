@@ -98,9 +98,9 @@ class PartitionedConsumer:
         dues = [int(due) for _, due in peeks if int(due) >= 0]
         self._due_at = now + min(dues) / 1000 if dues else None
 
-    async def read(
-        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
-    ) -> ReadResult:
+    async def _plan(self, free: int, quotas: Sequence[int]) -> list[list[int]]:
+        """Per partition, the jobs to read from each stream, from a count not older than
+        :data:`COUNT_EVERY` (see :func:`lockgate.policy.spread_read`)."""
         counted = self._counts is None or time.monotonic() - self._counted_at > COUNT_EVERY
         if counted:
             await self._count()
@@ -113,7 +113,14 @@ class PartitionedConsumer:
             await self._count()
             assert self._counts is not None
             plan = spread_read(self._counts, self._stream_levels, quotas, free, start)
+        return plan
+
+    async def read(
+        self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
+    ) -> ReadResult:
+        plan = await self._plan(free, quotas)
         waiting = self._counts
+        assert waiting is not None
         calls: list[ScriptCall] = []
         reads: list[tuple[int, Read]] = []
         for index, (part, counts) in enumerate(zip(self._parts, plan, strict=True)):
