@@ -826,8 +826,8 @@ class App:
         """What is known of a job: its status, attempts, times, and its result or error
         when its task keeps them (``keep_result``).
 
-        One read, whatever the backend. A job's status is ``waiting``, ``delayed``,
-        ``running``, then ``done``, ``dead`` (a final failure: there is no other failed
+        Two round trips, whatever the backend (the job's marker, then one read-only
+        script). A job's status is ``waiting``, ``delayed``, ``running``, then ``done``, ``dead`` (a final failure: there is no other failed
         state) or ``cancelled``, kept for ``status_ttl`` after it ended; ``unknown``
         before its enqueue and after that.
 
