@@ -827,9 +827,10 @@ class App:
         when its task keeps them (``keep_result``).
 
         Two round trips, whatever the backend (the job's marker, then one read-only
-        script). A job's status is ``waiting``, ``delayed``, ``running``, then ``done``, ``dead`` (a final failure: there is no other failed
-        state) or ``cancelled``, kept for ``status_ttl`` after it ended; ``unknown``
-        before its enqueue and after that.
+        script). A job's status is ``waiting``, ``delayed``, ``running``, then ``done``,
+        ``dead`` (a final failure: there is no other failed state) or ``cancelled``,
+        kept for ``status_ttl`` after it ended; ``unknown`` before its enqueue and after
+        that.
 
         Raises:
             ConnectionFailed: Redis cannot be reached.
