@@ -465,8 +465,9 @@ class App:
                 "one partition (one ranked set per queue)"
             )
         self.store = Store(
-            url, self.namespace, self.levels, backend, self.aging_seconds, self.partitions
-        )
+            url, self.namespace, self.levels, backend, self.aging_seconds, self.partitions,
+            queues=lambda: self.queues,
+        )  # fmt: skip
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # of the @cron tasks, by task name
         self.lease_keeper = LeaseKeeper(self)

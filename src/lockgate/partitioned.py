@@ -23,12 +23,13 @@ node.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lockgate.broker import Delivery, ReadResult, Settlement
+from lockgate.broker import Delivery, ReadResult, Settlement, translated_replies
 from lockgate.config import Levels
 from lockgate.connections import AsyncClient
 from lockgate.errors import LockgateError
@@ -44,6 +45,7 @@ WAKEUPS_MAX = 64
 # that arrives in a partition meanwhile is seen at the next count (or when the counted
 # jobs run out); a strict policy's precedence holds as of the last count.
 COUNT_EVERY = 0.01
+LOG_EVERY = 10.0  # seconds between two warnings of partition calls that failed
 log = logging.getLogger(__name__)
 
 
@@ -78,9 +80,13 @@ class PartitionedConsumer:
         self._base = base
         self._owner = {stream: part for part in self._parts for stream in part.streams}
         self._stream_levels = [self._level(stream) for stream in self._parts[0].streams]
-        self._turn = 0
-        self._reclaim_turn = 0
-        self._to_wake: set[str] = set()
+        # Workers start their rotations at random, so they do not all plan from the same
+        # partition first.
+        self._turn = random.randrange(len(self._parts))
+        self._reclaim_turn = self._turn
+        self._to_wake: Counter[str] = Counter()  # queue -> jobs put back, to wake for
+        self._fresh = False  # whether the current read counted
+        self._logged_at = -LOG_EVERY
         self.woken = 0
         self._counts: list[list[int]] | None = None  # jobs waiting, per partition and stream
         self._counted_at = 0.0
@@ -90,13 +96,42 @@ class PartitionedConsumer:
         return self._parts[0].place(stream)[1]
 
     async def _count(self) -> None:
-        """Count the jobs waiting in every partition (due delayed jobs move first)."""
-        with translated(self._url):
-            peeks = await self._scripts.run_all([part.peek_call() for part in self._parts])
-        self._counts = [list(map(int, counts)) for counts, _ in peeks]
+        """Count the jobs waiting in every partition (due delayed jobs move first); a
+        partition whose call failed counts as empty (and is logged), so the others are
+        still served while one primary is down.
+
+        Raises:
+            BrokerError: every partition failed (or the round trip did).
+        """
+        peeks = await self._each([part.peek_call() for part in self._parts], "count")
+        self._counts = [
+            [0] * len(self._stream_levels) if peek is None else list(map(int, peek[0]))
+            for peek in peeks
+        ]
         self._counted_at = now = time.monotonic()
-        dues = [int(due) for _, due in peeks if int(due) >= 0]
+        dues = [int(peek[1]) for peek in peeks if peek is not None and int(peek[1]) >= 0]
         self._due_at = now + min(dues) / 1000 if dues else None
+        self._fresh = True
+
+    async def _each(self, calls: Sequence[ScriptCall], what: str) -> list[Any]:
+        """Run calls (one per partition, or per partition read) in one round trip; a
+        failed call's reply is None, logged at most every :data:`LOG_EVERY` seconds.
+
+        Raises:
+            LockgateError: every call failed (the first call's error), or the round trip.
+        """
+        if not calls:
+            return []
+        with translated(self._url):
+            replies = translated_replies(await self._scripts.run_each(calls), self._url)
+        failed = [reply for reply in replies if isinstance(reply, LockgateError)]
+        if failed and len(failed) == len(replies):
+            raise failed[0]
+        if failed and time.monotonic() - self._logged_at > LOG_EVERY:
+            self._logged_at = time.monotonic()
+            log.warning("%s: %d of %d partition calls failed (%s); the others are served",
+                        what, len(failed), len(replies), failed[0])  # fmt: skip
+        return [None if isinstance(reply, LockgateError) else reply for reply in replies]
 
     async def _plan(self, free: int, quotas: Sequence[int]) -> list[list[int]]:
         """Per partition, the jobs to read from each stream, from a count not older than
@@ -118,6 +153,17 @@ class PartitionedConsumer:
     async def read(
         self, free: int, quotas: Sequence[int], running: Sequence[str] = ()
     ) -> ReadResult:
+        self._fresh = False
+        result = await self._read(free, quotas)
+        if not result.deliveries and not self._fresh:
+            # Planned from an older count that proved wrong (another worker took those
+            # jobs): an empty read must rest on a fresh count, or the worker would idle
+            # while jobs wait in other partitions.
+            result = await self._read(free, quotas)
+        return result
+
+    async def _read(self, free: int, quotas: Sequence[int]) -> ReadResult:
+        """One planned read (see :meth:`read`)."""
         plan = await self._plan(free, quotas)
         waiting = self._counts
         assert waiting is not None
@@ -129,17 +175,18 @@ class PartitionedConsumer:
                 call, read = part.counted_read_call(picked)
                 calls.append(call)
                 reads.append((index, read))
-        replies: list[Any] = []
-        if calls:
-            with translated(self._url):
-                replies = await self._scripts.run_all(calls)
+        # A partition whose read failed gives nothing; the others' jobs are delivered
+        # (they are this worker's now: left unstarted, they would wait for reclaim).
+        replies = await self._each(calls, "read")
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
         # The next reads plan from these counts, less what this one took, until they are
         # COUNT_EVERY old, or found wrong (a stream gave fewer jobs than planned: another
         # worker took them).
-        stale = False
+        stale = None in replies
         for (index, read), reply in zip(reads, replies, strict=True):
+            if reply is None:
+                continue
             part = self._parts[index]
             taken = part.parse_read(reply, read.layout, read.token)
             result.deliveries += taken.deliveries
@@ -174,7 +221,7 @@ class PartitionedConsumer:
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         if settlement.outcome.next_job is not None:  # a retry or put-back: a job comes back
-            self._to_wake.add(settlement.delivery.queue)
+            self._to_wake[settlement.delivery.queue] += 1
         return self._owner[settlement.delivery.source].settle_call(settlement)
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
@@ -184,26 +231,50 @@ class PartitionedConsumer:
             # The count knows nothing of the jobs put back (nor of their due times), and
             # idle workers are told.
             self._counts = None
-            queues, self._to_wake = self._to_wake, set()
+            counts, self._to_wake = self._to_wake, Counter()
             try:
                 with translated(self._url):
-                    await self._scripts.run(wakeup_call(self._base, dict.fromkeys(queues, 1)))
+                    await self._scripts.run(wakeup_call(self._base, counts))
             except LockgateError as e:  # the settles landed; idle workers wake by timeout
                 log.warning("could not wake idle workers for a retry (%s)", e)
         return replies
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
-        # Partitions in turn from a rotating start: one job at a time, as with one partition.
+        # Partitions in turn from a rotating start: one job at a time, as with one
+        # partition; one that fails is passed over (see _each).
         start, self._reclaim_turn = self._reclaim_turn, self._reclaim_turn + 1
+        errors: list[LockgateError] = []
         for i in range(len(self._parts)):
             part = self._parts[(start + i) % len(self._parts)]
-            delivery = await part.reclaim(min_idle, running)
+            try:
+                delivery = await part.reclaim(min_idle, running)
+            except LockgateError as e:
+                errors.append(e)
+                continue
             if delivery is not None:
                 return delivery
+        self._failed("reclaim", errors)
         return None
 
     async def forget_consumers(self, min_idle: float) -> int:
-        return sum([await part.forget_consumers(min_idle) for part in self._parts])
+        removed: list[int] = []
+        errors: list[LockgateError] = []
+        for part in self._parts:
+            try:
+                removed.append(await part.forget_consumers(min_idle))
+            except LockgateError as e:
+                errors.append(e)
+        self._failed("forget consumers", errors)
+        return sum(removed)
+
+    def _failed(self, what: str, errors: Sequence[LockgateError]) -> None:
+        """Raise the first error when every partition failed, else log (rarely)."""
+        if len(errors) == len(self._parts):
+            raise errors[0]
+        if errors and time.monotonic() - self._logged_at > LOG_EVERY:
+            self._logged_at = time.monotonic()
+            log.warning("%s: %d of %d partition calls failed (%s); the others are served",
+                        what, len(errors), len(self._parts), errors[0])  # fmt: skip
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
         # Calls per stream, each naming its own keys: one pipeline reaches every node.

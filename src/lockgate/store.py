@@ -15,9 +15,10 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lockgate import partition_record
 from lockgate.activity import KEEP_MINUTES, MINUTE
 from lockgate.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
 from lockgate.config import Backend, Levels
@@ -30,7 +31,7 @@ from lockgate.connections import (
     sync_client,
 )
 from lockgate.dead_store import PURGE_CHUNK, DeadLetters
-from lockgate.errors import ConfigError, LockgateError, ServerBusy
+from lockgate.errors import ConfigError, LockgateError
 from lockgate.faults import translated
 from lockgate.keys import GROUP
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
@@ -66,6 +67,8 @@ class Store:
         aging_seconds: the sorted backend's head start per level.
         partitions: how many partitions the namespace has (see
             :mod:`lockgate.partitions`; the sorted backend has one).
+        queues: the App's queues, when asked (a partitioned App checks them for jobs
+            of the one-partition layout, see :mod:`lockgate.partition_record`).
     """
 
     def __init__(
@@ -76,8 +79,11 @@ class Store:
         backend: Backend,
         aging_seconds: float,
         partitions: int = 1,
+        queues: Callable[[], Sequence[str]] = lambda: ("default",),
     ) -> None:
         self.url = url
+        self._queues = queues
+        self._levels = levels
         self.layout = Layout(namespace, partitions)
         self.keys = self.layout.base
         self.broker: Broker = (
@@ -103,70 +109,36 @@ class Store:
                 self._sync = (client, SyncScripts(client))
             return self._sync
 
-    def _partition_record(self) -> tuple[str, int]:
-        return self.keys.partitions(), self.layout.partitions
-
-    def _check_partitions(self, recorded: Any) -> None:
-        """Raise unless the namespace's recorded partition count (None: none was, this
-        client's SET NX wrote it) is this App's.
-
-        Raises:
-            ConfigError: they differ.
-        """
-        if recorded is None or text(recorded) == str(self.layout.partitions):
-            self._partitions_checked = True
-            return
-        raise ConfigError(
-            f"namespace {self.layout.namespace!r} has {text(recorded)} partition(s) in Redis "
-            f"but this App says partitions={self.layout.partitions}: producers and workers "
-            "of a namespace must agree (the count is fixed for its life)"
-        )
-
     async def _checked_async(self, client: AsyncClient) -> AsyncClient:
         """``client``, once the namespace's partition count agrees (else it is closed)."""
         try:
-            await self._first_call_checks_async(client)
+            await self.check_partitions_async(client)
         except BaseException:
             await client.aclose()
             raise
         return client
 
-    # The partition count is read, and written by the first client that finds none
-    # (SET NX GET: of two first clients, the second reads the first's). A server that
-    # refuses the write for now (over maxmemory, a failover) delays it to the next call:
-    # a worker must still start and drain then.
-
-    def _first_call_checks(self, client: SyncClient) -> None:
-        """Before this Store's first script call: the namespace's partition count agrees.
+    def _check_partitions(self, client: SyncClient) -> None:
+        """Before this Store's first script call: the namespace's partition count agrees
+        (see :mod:`lockgate.partition_record`).
 
         Raises:
             ConfigError: it does not.
         """
-        if self._partitions_checked:
-            return
-        key, count = self._partition_record()
-        try:
-            with translated(self.url):
-                recorded: Any = client.get(key)
-                if recorded is None:
-                    recorded = client.set(key, count, nx=True, get=True)
-        except ServerBusy:
-            return
-        self._check_partitions(recorded)
+        if not self._partitions_checked:
+            self._partitions_checked = partition_record.check(
+                client, self.url, self.layout, self._queues(), self._levels.names
+            )
 
-    async def _first_call_checks_async(self, client: AsyncClient) -> None:
-        """Async :meth:`_first_call_checks`."""
-        if self._partitions_checked:
-            return
-        key, count = self._partition_record()
-        try:
-            with translated(self.url):
-                recorded: Any = await client.get(key)
-                if recorded is None:
-                    recorded = await client.set(key, count, nx=True, get=True)
-        except ServerBusy:
-            return
-        self._check_partitions(recorded)
+    async def check_partitions_async(self, client: AsyncClient | None = None) -> None:
+        """Async :meth:`_check_partitions` (a worker's heartbeat calls it too, so a check
+        that a busy server put off is done)."""
+        if not self._partitions_checked:
+            if client is None:
+                client, _ = await self.async_connection()
+            self._partitions_checked = await partition_record.check_async(
+                client, self.url, self.layout, self._queues(), self._levels.names
+            )
 
     async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
         """The running loop's async client and its scripts (created on first use)."""
@@ -251,14 +223,14 @@ class Store:
     def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run script calls in one round trip per node (sync); errors translated."""
         client, scripts = self.sync_connection()
-        self._first_call_checks(client)
+        self._check_partitions(client)
         with translated(self.url):
             return scripts.run_all(calls) if calls else []
 
     async def run_async(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Async :meth:`run`."""
         client, scripts = await self.async_connection()
-        await self._first_call_checks_async(client)
+        await self.check_partitions_async(client)
         with translated(self.url):
             return await scripts.run_all(calls) if calls else []
 
@@ -487,7 +459,10 @@ class Store:
             for wake in self.broker.wake_keys(queue):
                 await client.xadd(wake, {"resumed": queue}, maxlen=16, approximate=False)
         if (call := self._wakeup_call({queue: WAKEUPS_MAX})) is not None:
-            await self.run_async([call])
+            try:
+                await self.run_async([call])
+            except LockgateError as e:  # resumed: idle workers look within idle_wait
+                _wakeup_failed(e)
 
     async def paused(self) -> set[str]:
         """The paused queues (as the first partition has them: a pause or resume that
@@ -529,6 +504,7 @@ class Store:
             BrokerError: Redis refused a command or could not be reached.
         """
         client, _ = await self.async_connection()
+        await self.check_partitions_async(client)  # put off by a busy server at the start
         index, now = self.keys.workers(), time.time()
         entry_ms = max(1, round(expires * 1000))
         with translated(self.url):

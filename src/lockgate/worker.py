@@ -28,6 +28,7 @@ the process and the job is redelivered).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -53,6 +54,7 @@ from lockgate.scheduler import Scheduler, served
 from lockgate.settler import Settler
 
 log = logging.getLogger(__name__)
+GATHER = 0.01  # seconds a partitioned worker's read may wait for more free slots
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
 DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
@@ -101,11 +103,13 @@ class Worker:
         self._reclaim_rounds = 0
         self._burst = False
         self._intake = IntakeLimit(self.config.concurrency)
-        # A partitioned read first counts the jobs of every partition (see
-        # lockgate.partitioned): while jobs run, wait for a quarter of the slots to free so
-        # that each read carries several jobs and that count is paid for a few at once.
+        # A partitioned read may first count the jobs of every partition (see
+        # lockgate.partitioned): while jobs run, a read waits up to GATHER seconds after the
+        # last one for a quarter of the slots to free, so that reads carry several jobs.
         partitioned = app.store.layout.partitioned
         self._min_read = max(1, self.config.concurrency // 4) if partitioned else 1
+        self._gather_until = 0.0  # until when a read waits for more free slots
+        self._gathering = False
         self._reading = False  # the fetch loop's last read worked (see ready)
 
     @property
@@ -269,19 +273,31 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             if await self._step(policy):
-                await self._wake.wait()
+                if self._gathering:  # for more free slots, not for long
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            self._wake.wait(), self._gather_until - time.monotonic()
+                        )
+                else:
+                    await self._wake.wait()
 
     async def _step(self, policy: ReadPolicy) -> bool:
         """One turn of the loop; True when it must wait for a running job to finish."""
         assert self._consumer is not None
         free = self._intake.free(len(self._running))
-        if free <= 0 or (free < self._min_read and self._running):
+        self._gathering = (
+            free < self._min_read
+            and bool(self._running)
+            and (time.monotonic() < self._gather_until)
+        )
+        if free <= 0 or self._gathering:
             return True
         if time.monotonic() >= self._next_reclaim and await self._reclaim():
             return False
         mine = self._mine() if self.app.store.broker.ranked else ()
         landed = self._landed
         result = await self._consumer.read(free, policy.plan(free), mine)
+        self._gather_until = time.monotonic() + GATHER
         self._reading = True
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from lockgate import (
     partitioned,
     queues,
 )
-from lockgate.connections import AsyncClient
+from lockgate.connections import AsyncClient, async_client
 from lockgate.embedded import EmbeddedServer
 from lockgate.partitions import partition_of
 
@@ -273,3 +274,113 @@ async def test_one_job_wakes_one_idle_worker_of_fifty() -> None:
     print(f"idle workers woken by one job, of 50: {woken}")
     assert woken[1] >= 45
     assert woken[PARTITIONS] <= 2
+
+
+def ids_in(partition: int, count: int, prefix: str = "job") -> list[str]:
+    """``count`` job ids that hash to ``partition`` (of :data:`PARTITIONS`)."""
+    found = (f"{prefix}-{n}" for n in range(100_000))
+    return [i for i in found if partition_of(i, PARTITIONS) == partition][:count]
+
+
+async def test_a_namespace_with_one_partition_jobs_is_refused_by_a_partitioned_app(
+    make_app: Callable[..., App], rclient: Any
+) -> None:
+    """Its workers would never read them: refused before anything is written."""
+    old = make_app()
+
+    @old.task
+    async def job() -> None: ...
+
+    await job.enqueue_async()
+    rclient.delete(old.keys.partitions())  # as lockgate 0.2 left it: no record
+    new = make_app(partitions=PARTITIONS)
+
+    @new.task(name=job.name)
+    async def same() -> None: ...
+
+    with pytest.raises(ConfigError, match="one-partition layout"):
+        await same.enqueue_async()
+    with pytest.raises(ConfigError, match="one-partition layout"):
+        await Worker(new, WorkerConfig(idle_wait=1.0)).run()
+    assert rclient.get(old.keys.partitions()) is None
+    # The one-partition App still serves them.
+    worker = worker_for(old)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 1)
+
+
+async def test_a_partition_that_fails_does_not_stop_the_others(
+    make_app: Callable[..., App], rclient: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One partition's calls fail (its stream key holds a string: WRONGTYPE, as a
+    primary that is down fails its slots); the jobs of the others run, and the failure
+    is logged."""
+    app = make_app(partitions=PARTITIONS)
+
+    @app.task
+    async def job(n: int) -> None: ...
+
+    app.enqueue_many(
+        [job.message(n, job_id=i) for p in (0, 2, 3) for n, i in enumerate(ids_in(p, 5))]
+    )
+    rclient.set(app.store.layout.parts[1].stream("default", "normal"), "not a stream")
+    worker = worker_for(app, concurrency=4)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 15)
+    assert "partition calls failed" in caplog.text and "WRONGTYPE" in caplog.text
+
+
+async def test_a_free_slot_is_used_while_long_jobs_run(make_app: Callable[..., App]) -> None:
+    """A partitioned worker gathers free slots for a read, briefly: a job enqueued while
+    7 of 8 slots run long jobs starts before any of them ends."""
+    app = make_app(partitions=PARTITIONS)
+    release = asyncio.Event()
+    quick_started = asyncio.Event()
+
+    @app.task
+    async def slow() -> None:
+        await release.wait()
+
+    @app.task
+    async def quick() -> None:
+        quick_started.set()
+
+    app.enqueue_many([slow.message() for _ in range(7)])
+    worker = worker_for(app, concurrency=8, idle_wait=60.0)
+    async with running(worker):
+        await wait_until(lambda: len(worker._running) == 7, message="7 slow jobs run")
+        await quick.enqueue_async()
+        await asyncio.wait_for(quick_started.wait(), 10)
+        assert len(worker._running) >= 7  # the slow ones still run
+        release.set()
+        await wait_until(lambda: worker.processed == 8)
+
+
+async def test_an_empty_read_never_rests_on_an_old_count(
+    make_app: Callable[..., App], redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's count said partition 0 had jobs; another worker took them; jobs came
+    to partition 1 meanwhile: the read counts again and takes one, instead of coming
+    back empty (the worker would then idle while jobs wait)."""
+    monkeypatch.setattr(partitioned, "COUNT_EVERY", 60.0)  # the count is kept
+    app = make_app(partitions=PARTITIONS)
+
+    @app.task
+    async def job() -> None: ...
+
+    app.enqueue_many([job.message(job_id=i) for i in ids_in(0, 3)])
+    consumers = [
+        app.store.consumer(async_client(redis_url), queues=["default"], name=name,
+                           lease_seconds=30, claims=None)
+        for name in ("w1", "w2")
+    ]  # fmt: skip
+    first, second = consumers
+    try:
+        assert len((await first.read(1, [0, 0, 0])).deliveries) == 1  # counted: 2 left in p0
+        app.enqueue_many([job.message(job_id=i) for i in ids_in(1, 5)])
+        assert len((await second.read(2, [0, 0, 0])).deliveries) == 2  # p0 emptied
+        taken = (await first.read(1, [0, 0, 0])).deliveries
+        assert [partition_of(d.job_id, PARTITIONS) for d in taken] == [1]
+    finally:
+        for consumer in consumers:
+            await consumer.close()
