@@ -377,8 +377,8 @@ async def test_an_empty_read_never_rests_on_an_old_count(
     first, second = consumers
     try:
         assert len((await first.read(1, [0, 0, 0])).deliveries) == 1  # counted: 2 left in p0
-        app.enqueue_many([job.message(job_id=i) for i in ids_in(1, 5)])
         assert len((await second.read(2, [0, 0, 0])).deliveries) == 2  # p0 emptied
+        app.enqueue_many([job.message(job_id=i) for i in ids_in(1, 5)])
         taken = (await first.read(1, [0, 0, 0])).deliveries
         assert [partition_of(d.job_id, PARTITIONS) for d in taken] == [1]
     finally:
