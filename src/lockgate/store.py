@@ -95,6 +95,7 @@ class Store:
         # Whether Redis agreed with this App's partition count (once, before the first
         # script call or a worker's start).
         self._partitions_checked = False
+        self._check_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._lock = threading.Lock()
         self._sync: tuple[SyncClient, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
@@ -133,7 +134,13 @@ class Store:
     async def check_partitions_async(self, client: AsyncClient | None = None) -> None:
         """Async :meth:`_check_partitions` (a worker's heartbeat calls it too, so a check
         that a busy server put off is done)."""
-        if not self._partitions_checked:
+        if self._partitions_checked:
+            return
+        # Once per loop, not by every first caller at once on a client still connecting.
+        lock = self._check_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if self._partitions_checked:
+                return
             if client is None:
                 client, _ = await self.async_connection()
             self._partitions_checked = await partition_record.check_async(
