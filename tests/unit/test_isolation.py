@@ -299,6 +299,9 @@ async def test_each_child_closes_the_pipes_of_the_other_runs(
         wait_for_file(release)
         return b"slow"
 
+    # An earlier test's run still ending could free a descriptor number in the snapshot
+    # below and have it reused for something the second child inherits: let them end.
+    await wait_until(lambda: not isolation._READ_ENDS, message="earlier runs ended")
     first = asyncio.ensure_future(run_in_child(slow, timeout=30, executor=executor))
     await wait_until(started.exists)
     others = set(isolation._READ_ENDS)
