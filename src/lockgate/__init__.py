@@ -1,6 +1,6 @@
 """lockgate: background jobs on Redis Streams with priorities, idempotency and nothing lost."""
 
-from lockgate.app import App, EnqueueResult, Message, Task
+from lockgate.app import App
 from lockgate.config import WorkerConfig
 from lockgate.context import JobContext, current_job
 from lockgate.errors import (
@@ -27,6 +27,7 @@ from lockgate.errors import (
 )
 from lockgate.retry import Backoff
 from lockgate.status import JobInfo
+from lockgate.task import EnqueueResult, Message, Task
 from lockgate.worker import Worker
 
 __all__ = [

@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lockgate import codec
-from lockgate.app import App, Message
+from lockgate.app import App
 from lockgate.broker import Delivery, text
 from lockgate.errors import ConfigError, SerializationError
 from lockgate.outcome import ErrorInfo
+from lockgate.task import Message
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 FIELDS = (

@@ -26,7 +26,8 @@ from lockgate.outcome import ErrorInfo, dead, decide
 from lockgate.status import JobInfo, encode_result, final_status, moment
 
 if TYPE_CHECKING:
-    from lockgate.app import App, Task
+    from lockgate.app import App
+    from lockgate.task import Task
 
 
 class EagerRuns:

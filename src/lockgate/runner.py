@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from lockgate import isolation
-from lockgate.app import App, Task
+from lockgate.app import App
 from lockgate.broker import Delivery, ReadClaim
 from lockgate.codec import Job
 from lockgate.config import WorkerConfig
@@ -58,6 +58,7 @@ from lockgate.outcome import (
 )
 from lockgate.ratelimit import Rate
 from lockgate.status import encode_result
+from lockgate.task import Task
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from lockgate.app import App, EnqueueResult, Message
+from lockgate.app import App
 from lockgate.cron import Schedule, stamp
+from lockgate.task import EnqueueResult, Message
 
 log = logging.getLogger(__name__)
 MAX_SLEEP = 60.0  # seconds: the longest sleep between looks at the clock

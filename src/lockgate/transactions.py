@@ -60,7 +60,8 @@ from lockgate.errors import BrokerError, ConfigError, DatabaseError, LockgateErr
 from lockgate.faults import classify
 
 if TYPE_CHECKING:
-    from lockgate.app import App, Message
+    from lockgate.app import App
+    from lockgate.task import Message
 
 logger = logging.getLogger(__name__)
 

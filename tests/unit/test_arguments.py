@@ -21,8 +21,8 @@ import msgspec
 import pytest
 
 from lockgate import App, InvalidArguments, SerializationError
-from lockgate.app import Task
 from lockgate.codec import MAX_DEPTH, decode, encode
+from lockgate.task import Task
 
 NOWHERE = "redis://127.0.0.1:1/0"
 DAY = date(2024, 1, 31)
