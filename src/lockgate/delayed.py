@@ -78,7 +78,12 @@ async def delayed_jobs(
                 ids = await _soonest(client, q.delayed, limit)
                 if not ids:
                     continue
-                payloads = await client.hmget(q.payloads, [member for member, _ in ids])
+                # HGETs, not one HMGET: HGET is on the README's ACL list, so the
+                # dashboard may run as the workers' user (one key: one node, one trip).
+                pipe = client.pipeline(transaction=False)
+                for member, _ in ids:
+                    pipe.hget(q.payloads, member)
+                payloads = await pipe.execute()
                 for (member, due_ms), raw in zip(ids, payloads, strict=True):
                     if raw is not None:
                         found.append(_job(raw, due_ms, queue, "*", text(member)))

@@ -319,6 +319,76 @@ async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_us
     assert uncalled(server, BACKGROUND) == set()
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_every_dashboard_page_and_button_works_as_the_restricted_user(
+    server: PrivateRedis, fresh_namespace: str, backend: str
+) -> None:
+    """The dashboard may run as the workers' user: each page (with a waiting, a delayed,
+    a dead and a running job to show) and each button, and no command is refused."""
+    pytest.importorskip("starlette")
+    from dashboard_client import act
+    from starlette.testclient import TestClient
+
+    from lockgate.dashboard import create_app
+
+    commands = COMMANDS if backend == "sorted" else STREAMS_COMMANDS
+    url = add_user(server, "dashboard", fresh_namespace, commands)
+    app = App(redis_url=url, namespace=fresh_namespace, backend=backend)
+    release = asyncio.Event()
+
+    @app.task(retries=0)
+    async def doomed() -> None:
+        raise ValueError("card declined")
+
+    @app.task(queue="held")
+    async def held() -> None:
+        await release.wait()
+
+    @app.task
+    async def later() -> None: ...
+
+    try:
+        doomed.enqueue(job_id="doomed")
+        await asyncio.wait_for(Worker(app, WorkerConfig(concurrency=1)).run(burst=True), 60)
+        later.enqueue(job_id="waiting")
+        later.enqueue(job_id="delayed", delay=300)
+        worker = Worker(app, WorkerConfig(concurrency=1, idle_wait=1.0, queues=("held",)))
+        server.client.acl_log_reset()
+        async with running(worker):
+            try:
+                held.enqueue(job_id="running")  # the one queue this worker reads
+                await wait_until(lambda: app.job("running").status == "running")
+                with TestClient(
+                    create_app(app), base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000)
+                ) as client:
+                    pages = ["/", "/dead", "/delayed", "/jobs?id=running", "/jobs?id=delayed"]
+                    letter = client.get("/dead").text.split('href="/dead/', 1)[1].split('"', 1)[0]
+                    pages.append(f"/dead/{letter}")
+                    for path in pages:
+                        response = client.get(path)
+                        assert response.status_code == 200, (path, response.text[-2000:])
+                    assert 'data-job="delayed"' in client.get("/delayed").text
+                    assert "card declined" in client.get(f"/dead/{letter}").text
+                    for action, fields in [
+                        ("pause", {"queue": "default"}),
+                        ("resume", {"queue": "default"}),
+                        ("cancel", {"job_id": "running"}),
+                        ("replay", {"entry_id": letter}),
+                        ("purge-queue", {"queue": "default"}),
+                        ("purge-dead", {}),
+                    ]:
+                        done = act(client, action, **fields)
+                        assert done.status_code == 303, (action, done.text[-2000:])
+                # Seen by the worker once this loop is free again (the TestClient's calls
+                # block it): the run is cancelled, never released.
+                await wait_until(lambda: app.job("running").status == "cancelled")
+            finally:
+                release.set()  # a failed check: let the worker stop without its grace period
+    finally:
+        await close(app)
+    assert refusals(server) == []
+
+
 # --- the user is restricted ---------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dashboard_client import act, csrf_of
 from fastapi import FastAPI
 from starlette.testclient import TestClient
 
@@ -31,7 +32,6 @@ from lockgate.deadletter import count_dead, list_dead
 
 BACKENDS = ["streams", "sorted"]
 TOKEN = "s3cret-dashboard-token"
-CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 HERE = Path(__file__).parent
 
 Serve = Callable[..., TestClient]
@@ -67,24 +67,6 @@ def shop(make_app: Callable[..., App], backend: str = "streams", partitions: int
         return order
 
     return app
-
-
-def csrf_of(page: httpx.Response) -> str:
-    found = CSRF.search(page.text)
-    assert found, page.text
-    return found.group(1)
-
-
-def act(client: TestClient, action: str, *, confirm: bool = True, **fields: str) -> httpx.Response:
-    """Press a button: the POST with the page's CSRF token, then (``confirm``) the
-    confirmation page's own POST. Returns the last response (not following redirects)."""
-    token = csrf_of(client.get("/"))
-    first = client.post(f"/do/{action}", data={"csrf": token, **fields}, follow_redirects=False)
-    if not confirm or first.status_code != 200:
-        return first
-    assert 'name="confirm" value="yes"' in first.text
-    data = {"csrf": csrf_of(first), "confirm": "yes", **fields}
-    return client.post(f"/do/{action}", data=data, follow_redirects=False)
 
 
 async def dead_lettered(app: App, *orders: str) -> None:
