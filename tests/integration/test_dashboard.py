@@ -24,6 +24,7 @@ import pytest
 from dashboard_client import act, csrf_of
 from fastapi import FastAPI
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, Worker, queues
@@ -42,10 +43,10 @@ def serve() -> Iterator[Serve]:
     """Start a TestClient (its lifespan included) for a dashboard; all closed at the end."""
     clients: list[TestClient] = []
 
-    def start(app: App | FastAPI, **options: object) -> TestClient:
-        asgi = app if isinstance(app, FastAPI) else create_app(app, **options)  # type: ignore[arg-type]
+    def start(app: App | ASGIApp, *, address: str = "127.0.0.1", **options: object) -> TestClient:
+        asgi = create_app(app, **options) if isinstance(app, App) else app  # type: ignore[arg-type]
         # From this machine, naming it: a dashboard without a token serves nothing else.
-        client = TestClient(asgi, base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000))
+        client = TestClient(asgi, base_url="http://127.0.0.1:8700", client=(address, 50000))
         client.__enter__()
         clients.append(client)
         return client
@@ -163,6 +164,35 @@ async def test_the_bearer_header_or_the_login_cookie_lets_in(
     assert TOKEN not in page.text
     client.get("/logout")
     assert client.get("/").status_code == 401
+
+
+async def test_ten_wrong_tokens_hold_a_client_back_but_not_a_logged_in_browser(
+    make_app: Callable[..., App], serve: Serve
+) -> None:
+    dashboard = create_app(shop(make_app), token=TOKEN)
+    browser = serve(dashboard)
+    login = browser.get("/login")
+    logged_in = browser.post(
+        "/login", data={"csrf": csrf_of(login), "token": TOKEN}, follow_redirects=False
+    )
+    assert logged_in.status_code == 303
+    guesser = serve(dashboard)  # the same address
+    for n in range(9):
+        assert guesser.get("/", headers={"Authorization": f"Bearer guess-{n}"}).status_code == 401
+    form = guesser.get("/")  # no token sent: the login page, nothing counted
+    wrong = guesser.post("/login", data={"csrf": csrf_of(form), "token": "guess-9"})
+    assert wrong.status_code == 401  # the tenth
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    held = guesser.get("/", headers=right)  # the right token, not even checked
+    assert held.status_code == 429, held.text
+    assert 0 < int(held.headers["retry-after"]) <= 60
+    assert "too many wrong tokens" in held.text
+    refused = guesser.post("/login", data={"csrf": csrf_of(form), "token": TOKEN})
+    assert refused.status_code == 429
+    assert "lockgate_dashboard_login" not in refused.headers.get("set-cookie", "")
+    assert guesser.get("/login", headers=right).status_code == 429
+    assert browser.get("/").status_code == 200  # a session is not held back
+    assert serve(dashboard, address="10.0.0.9").get("/", headers=right).status_code == 200
 
 
 async def test_the_login_form_needs_its_csrf_token(

@@ -10,12 +10,14 @@ Routes (relative to where the app is served or mounted):
   only on the confirmation's own POST.
 - ``GET /login``, ``POST /login``, ``GET /logout`` (with a token); ``GET /static/{name}``.
 
-See :mod:`lockgate.dashboard.security` for the rules these checks follow.
+See :mod:`lockgate.dashboard.security` for the rules these checks follow, and
+:mod:`lockgate.dashboard.throttle` for how many wrong tokens a client may try.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -53,6 +55,7 @@ from lockgate.dashboard.security import (
     session_valid,
     token_matches,
 )
+from lockgate.dashboard.throttle import LoginThrottle
 from lockgate.delayed import delayed_jobs
 from lockgate.errors import ConfigError, LockgateError
 
@@ -128,6 +131,7 @@ class Dashboard:
         self.token = token or None
         self.read_only = read_only
         self.key = derive_key(self.token)
+        self.throttle = LoginThrottle()
         self.templates = Jinja2Templates(env=_environment())
         self._static: dict[str, bytes] = {}
 
@@ -161,19 +165,43 @@ class Dashboard:
 
     # access
 
-    def _authorised(self, request: Request) -> bool:
+    def _refusal(self, request: Request) -> Response | None:
+        """None when ``request`` may see the dashboard, else the answer it gets."""
         if self.token is None:
             client = request.client.host if request.client is not None else None
-            return local_request(request.headers.get("host"), client)
-        if token_matches(self.token, bearer(request.headers.get("authorization"))):
-            return True
-        return login_valid(self.key, request.cookies.get(LOGIN_COOKIE), time.time())
+            if local_request(request.headers.get("host"), client):
+                return None
+            return self._login_page(request, 401)
+        if login_valid(self.key, request.cookies.get(LOGIN_COOKIE), time.time()):
+            return None
+        given = bearer(request.headers.get("authorization"))
+        if given is None:
+            return self._login_page(request, 401)
+        return self._token_refusal(request, given)
+
+    def _token_refusal(self, request: Request, given: str | None) -> Response | None:
+        """None when ``given`` is the token; else a 401, or a 429 while the client has
+        tried too many wrong ones (then not even the right one is checked)."""
+        assert self.token is not None
+        client, now = _client(request), time.monotonic()
+        wait = self.throttle.wait(client, now)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            response = self._problem(
+                request, 429, f"too many wrong tokens from {client}: try again in {seconds} s"
+            )
+            response.headers["retry-after"] = str(seconds)
+            return response
+        if token_matches(self.token, given):
+            return None
+        self.throttle.failed(client, now)
+        log.warning("dashboard: a wrong token from %s", client)
+        return self._login_page(request, 401, "wrong token")
 
     def _page(self, handler: Handler) -> Handler:
         async def guarded(request: Request) -> Response:
-            if not self._authorised(request):
-                return self._login_page(request, 401)
-            return await handler(request)
+            refused = self._refusal(request)
+            return refused if refused is not None else await handler(request)
 
         return guarded
 
@@ -306,9 +334,10 @@ class Dashboard:
 
     async def login_form(self, request: Request) -> Response:
         """The login form (a token is set), else the overview."""
-        if self.token is None or self._authorised(request):
+        refused = None if self.token is None else self._refusal(request)
+        if refused is None:
             return RedirectResponse(f"{self._base(request)}/", status_code=303)
-        return self._login_page(request, 200)
+        return refused if refused.status_code == 429 else self._login_page(request, 200)
 
     async def login(self, request: Request) -> Response:
         """Check the token of the login form; on success set the login cookie."""
@@ -318,9 +347,9 @@ class Dashboard:
             return self._problem(request, 403, "missing or stale form token: reload the page")
         if self.token is None:
             return RedirectResponse(f"{self._base(request)}/", status_code=303)
-        if not token_matches(self.token, _str(given)):
-            log.warning("dashboard: a login with a wrong token from %s", _client(request))
-            return self._login_page(request, 401, "wrong token")
+        refused = self._token_refusal(request, _str(given))
+        if refused is not None:
+            return refused
         response = RedirectResponse(f"{self._base(request)}/", status_code=303)
         value = login_cookie(self.key, time.time())
         self._cookie(request, response, LOGIN_COOKIE, value, max_age=LOGIN_MAX_AGE)
