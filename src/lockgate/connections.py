@@ -128,11 +128,48 @@ class FcallKeys(CommandsParser):
 
 
 class AsyncFcallKeys(AsyncCommandsParser):
-    """:class:`FcallKeys` for the async cluster client."""
+    """:class:`FcallKeys` for the async cluster client, whose command table comes from
+    any node that answers.
+
+    redis-py 8's async cluster client loads the table (``COMMAND``) from its default node
+    (the first primary the slots name) at every (re)initialisation, outside its retries:
+    while that one primary is down, before a failover or for good on a cluster that
+    serves what it still covers, every call of the client failed, those of the live
+    primaries' slots too. Here the others are asked in turn, and the first that answers
+    becomes the default node (where ``HELLO`` and keyless calls go).
+    """
+
+    def __init__(self, cluster: aiocluster.RedisCluster) -> None:
+        super().__init__()
+        self._cluster = cluster
+
+    async def initialize(self, node: aiocluster.ClusterNode | None = None) -> None:
+        try:
+            await super().initialize(node)
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            error = e
+        others = [*self._cluster.get_primaries(), *self._cluster.get_replicas()]
+        for other in others:
+            if other is node:
+                continue
+            try:
+                await super().initialize(other)
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue
+            log.info("cluster node %s did not answer (%s): using %s", _name(node), error,
+                     other.name)  # fmt: skip
+            self._cluster.set_default_node(other)
+            return
+        raise error
 
     async def get_keys(self, *args: Any) -> Any:
         keys = fcall_keys(args)
         return tuple(keys) if keys is not None else await super().get_keys(*args)
+
+
+def _name(node: aiocluster.ClusterNode | None) -> str:
+    return node.name if node is not None else "?"
 
 
 def _cluster_nodes(address: Address, node_class: Any) -> list[Any]:
@@ -293,7 +330,7 @@ def async_client(
             **_node_options(address, db=False),
             **_socket_options(address, socket_timeout),
         )
-        client.commands_parser = AsyncFcallKeys()
+        client.commands_parser = AsyncFcallKeys(client)
         return client
     return _async_plain(url, address, socket_timeout, size)
 

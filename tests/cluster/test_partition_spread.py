@@ -10,8 +10,8 @@ import uuid
 from collections import Counter
 
 import redis
-from redis.crc import key_slot
 
+from cluster.slots import owner, primary_of_slots
 from clusters import LocalCluster
 from lockgate import App, Worker, WorkerConfig
 from lockgate.inspect import queue_stats
@@ -25,21 +25,6 @@ LOW_SHARE, HIGH_SHARE = 0.283, 0.383
 OWN_COMMANDS = ("cmdstat_info", "cmdstat_config|resetstat")
 SETTLE_POLL = 0.5
 SETTLE_TIMEOUT = 10.0
-
-
-def primary_of_slots(cluster: LocalCluster) -> list[tuple[int, int, int]]:
-    """(first slot, last slot, primary's port) of each slot range."""
-    client = cluster.nodes[0].client()
-    try:
-        ranges = client.execute_command("CLUSTER", "SLOTS")
-    finally:
-        client.close()
-    return [(int(r[0]), int(r[1]), int(r[2][1])) for r in ranges]
-
-
-def owner(ranges: list[tuple[int, int, int]], key: str) -> int:
-    slot = key_slot(key.encode())
-    return next(port for first, last, port in ranges if first <= slot <= last)
 
 
 def primary_clients(cluster: LocalCluster) -> dict[int, redis.Redis]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from lockgate.lua.library import ScriptName, library, source
 
@@ -55,6 +56,28 @@ def function_missing(error: BaseException) -> bool:
 def _missing(replies: Sequence[Any]) -> list[int]:
     """Positions of the calls whose function the server did not have."""
     return [i for i, reply in enumerate(replies) if function_missing(reply)]
+
+
+def _by_node(client: Any, calls: Sequence[ScriptCall]) -> dict[Any, list[int]]:
+    """Positions of the calls by the cluster node serving their first key (one group on
+    a single server, or for calls without keys)."""
+    if not isinstance(client, AsyncRedisCluster):
+        return {None: list(range(len(calls)))}
+    groups: dict[Any, list[int]] = {}
+    for i, call in enumerate(calls):
+        node = _node_of(client, call.keys[0]) if call.keys else None
+        groups.setdefault(node, []).append(i)
+    return groups
+
+
+def _node_of(client: AsyncRedisCluster, key: str) -> str | None:
+    """The name of the node serving ``key`` as the client knows it (None before it knows
+    the slots: the cluster pipeline then finds out)."""
+    try:
+        node = client.get_node_from_key(key)
+    except (redis.RedisError, redis.exceptions.RedisClusterException):  # slots not mapped yet
+        return None
+    return node.name if node is not None else None
 
 
 def _raise_first(replies: list[Any]) -> list[Any]:
@@ -113,6 +136,30 @@ class AsyncScripts:
         return replies
 
     async def _pipeline(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        groups = _by_node(self._client, calls)
+        if len(groups) == 1:
+            return await self._send_pipeline(calls)
+        # One pipeline per cluster node, sent together (as redis-py's cluster pipeline
+        # does): a node that is down fails its own calls only (each gets the error in its
+        # place), where one pipeline would fail every call, those of live nodes too.
+        # When every node failed, the round trip did: raised as before.
+        positions = list(groups.values())
+        sent = await asyncio.gather(
+            *(self._send_pipeline([calls[i] for i in group]) for group in positions),
+            return_exceptions=True,
+        )
+        for outcome in sent:
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+        if all(isinstance(outcome, BaseException) for outcome in sent):
+            raise next(o for o in sent if isinstance(o, BaseException))
+        replies: list[Any] = [None] * len(calls)
+        for group, outcome in zip(positions, sent, strict=True):
+            for k, i in enumerate(group):
+                replies[i] = outcome if isinstance(outcome, BaseException) else outcome[k]
+        return replies
+
+    async def _send_pipeline(self, calls: Sequence[ScriptCall]) -> list[Any]:
         async with self._client.pipeline(transaction=False) as pipe:
             for call in calls:
                 _fcall(pipe, call)
