@@ -17,6 +17,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -51,6 +52,8 @@ CONNECT_TIMEOUT = 5.0
 # the connection and never answers, and a worker's client has no socket timeout (see
 # async_client) that would notice.
 HANDSHAKE_TIMEOUT = 5.0
+# A cluster node that does not answer is logged at most this often (seconds).
+LOG_NODE_EVERY = 60.0
 # Seconds a reply may take on clients whose calls never block on the server.
 SOCKET_TIMEOUT = 5.0
 # Seconds an async caller waits for a free pooled connection: a full pool is load, not a
@@ -129,47 +132,58 @@ class FcallKeys(CommandsParser):
 
 class AsyncFcallKeys(AsyncCommandsParser):
     """:class:`FcallKeys` for the async cluster client, whose command table comes from
-    any node that answers.
+    any primary that answers.
 
     redis-py 8's async cluster client loads the table (``COMMAND``) from its default node
-    (the first primary the slots name) at every (re)initialisation, outside its retries:
-    while that one primary is down, before a failover or for good on a cluster that
-    serves what it still covers, every call of the client failed, those of the live
-    primaries' slots too. Here the others are asked in turn, and the first that answers
-    becomes the default node (where ``HELLO`` and keyless calls go).
+    (the first primary the slots name) at every (re)initialisation, under its lock and
+    outside its retries: while that one primary is down, before a failover or for good on
+    a cluster that serves what it still covers, every call of the client failed, those of
+    the live primaries' slots too (a hung node held them all, the worker's client having
+    no socket timeout). Here each try is bounded by HANDSHAKE_TIMEOUT; a node that fails
+    is moved last (redis-py then no longer makes it the default), and the first primary
+    that answers becomes the default node (where ``HELLO`` and keyless calls go).
     """
 
     def __init__(self, cluster: aiocluster.RedisCluster) -> None:
         super().__init__()
         self._cluster = cluster
+        self._logged: dict[str, float] = {}
 
     async def initialize(self, node: aiocluster.ClusterNode | None = None) -> None:
-        try:
-            await super().initialize(node)
+        first = node if node is not None else self._cluster.get_default_node()
+        error = await self._load_from(first)
+        if error is None:
             return
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            error = e
-        others = [*self._cluster.get_primaries(), *self._cluster.get_replicas()]
-        for other in others:
-            if other is node:
+        for other in self._cluster.get_primaries():
+            if other is first or await self._load_from(other) is not None:
                 continue
-            try:
-                await super().initialize(other)
-            except (redis.ConnectionError, redis.TimeoutError):
-                continue
-            log.info("cluster node %s did not answer (%s): using %s", _name(node), error,
-                     other.name)  # fmt: skip
             self._cluster.set_default_node(other)
+            self._log_once(first, error, other)
             return
         raise error
+
+    async def _load_from(self, node: aiocluster.ClusterNode) -> Exception | None:
+        """Load the table from ``node``; the error it met, else None."""
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                await super().initialize(node)
+        except (redis.ConnectionError, redis.TimeoutError, TimeoutError) as e:
+            self._cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+            return e
+        return None
+
+    def _log_once(self, down: aiocluster.ClusterNode, error: Exception, used: Any) -> None:
+        """Log a node passed over, at most once a minute per node (every reconnection of
+        the client meets it again)."""
+        now = time.monotonic()
+        if now - self._logged.get(down.name, -LOG_NODE_EVERY) >= LOG_NODE_EVERY:
+            self._logged[down.name] = now
+            log.warning("cluster node %s did not answer (%s): asking %s instead",
+                        down.name, error or type(error).__name__, used.name)  # fmt: skip
 
     async def get_keys(self, *args: Any) -> Any:
         keys = fcall_keys(args)
         return tuple(keys) if keys is not None else await super().get_keys(*args)
-
-
-def _name(node: aiocluster.ClusterNode | None) -> str:
-    return node.name if node is not None else "?"
 
 
 def _cluster_nodes(address: Address, node_class: Any) -> list[Any]:
