@@ -175,6 +175,11 @@ class Keys:
         """The registry's index: worker names scored by their entry's expiry (Unix s)."""
         return f"{self.prefix}:workers"
 
+    def dashboard_secret(self) -> str:
+        """32 random bytes, written by the first dashboard to serve the namespace: with
+        the access token, the key of every dashboard's login cookies and CSRF tokens."""
+        return f"{self.prefix}:dashboard-secret"
+
     def activity(self, minute: int) -> str:
         """The activity counts of one minute (Unix time // 60): a sorted set used as a set
         of counters, member ``stat:level:queue`` (see :mod:`lockgate.activity`)."""

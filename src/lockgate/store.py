@@ -564,6 +564,18 @@ class Store:
                 replies = await pipe.execute()
         return [{text(name): round(score) for name, score in rows} for rows in replies]
 
+    def shared_secret(self, key: str, candidate: bytes) -> bytes:
+        """The secret kept at ``key``: ``candidate``, written by the first caller (SET NX
+        GET), else the one found there. One round trip (sync).
+
+        Raises:
+            BrokerError: Redis refused a command or could not be reached.
+        """
+        client, _ = self.sync_connection()
+        with translated(self.url):
+            found: Any = client.set(key, candidate, nx=True, get=True)
+        return bytes(found) if found is not None else candidate
+
     # the namespace
 
     async def forget_namespace(self) -> int:

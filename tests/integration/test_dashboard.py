@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 from conftest import running, wait_until, worker_for
 from lockgate import App, Worker, queues
 from lockgate.dashboard import create_app
+from lockgate.dashboard.security import csrf_token, derive_key, login_cookie
 from lockgate.deadletter import count_dead, list_dead
 
 BACKENDS = ["streams", "sorted"]
@@ -189,10 +190,43 @@ async def test_ten_wrong_tokens_hold_a_client_back_but_not_a_logged_in_browser(
     assert "too many wrong tokens" in held.text
     refused = guesser.post("/login", data={"csrf": csrf_of(form), "token": TOKEN})
     assert refused.status_code == 429
+    # Before the CSRF check too: a 403 against a 429 would tell a forged form's guess.
+    assert guesser.post("/login", data={"csrf": "0" * 64, "token": TOKEN}).status_code == 429
     assert "lockgate_dashboard_login" not in refused.headers.get("set-cookie", "")
     assert guesser.get("/login", headers=right).status_code == 429
     assert browser.get("/").status_code == 200  # a session is not held back
     assert serve(dashboard, address="10.0.0.9").get("/", headers=right).status_code == 200
+
+
+async def test_nothing_made_from_the_token_alone_passes_or_tests_a_guess(
+    make_app: Callable[..., App], serve: Serve
+) -> None:
+    """The MAC key needs the namespace's secret in Redis as well as the token: a login
+    page's CSRF token cannot be checked against guesses offline, and a cookie made from
+    a guess is refused. Dashboards of one namespace share the secret (and the cookies)."""
+    app = shop(make_app)
+    client = serve(app, token=TOKEN)
+    login = client.get("/login")
+    session = client.cookies["lockgate_dashboard_csrf"]
+    token_alone = derive_key(TOKEN)  # a key made of the token alone
+    assert csrf_of(login) != csrf_token(token_alone, session)
+    forged = serve(app, token=TOKEN)
+    forged.cookies.set("lockgate_dashboard_login", login_cookie(token_alone, time.time()))
+    assert forged.get("/").status_code == 401
+    done = client.post("/login", data={"csrf": csrf_of(login), "token": TOKEN},
+                       follow_redirects=False)  # fmt: skip
+    assert done.status_code == 303
+    cookie = client.cookies["lockgate_dashboard_login"]
+    other_process = serve(app, token=TOKEN)
+    other_process.cookies.set("lockgate_dashboard_login", cookie)
+    assert other_process.get("/").status_code == 200
+    elsewhere = make_app(namespace=f"{app.namespace}-elsewhere")
+    try:
+        other_namespace = serve(elsewhere, token=TOKEN)
+        other_namespace.cookies.set("lockgate_dashboard_login", cookie)
+        assert other_namespace.get("/").status_code == 401
+    finally:
+        elsewhere.client().delete(elsewhere.store.keys.dashboard_secret())
 
 
 async def test_the_login_form_needs_its_csrf_token(

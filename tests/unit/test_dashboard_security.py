@@ -50,6 +50,9 @@ def test_bearer_reads_the_authorization_header(header: str | None, token: str | 
 def test_the_key_follows_the_token_and_is_random_without_one() -> None:
     assert derive_key("a") == derive_key("a")
     assert derive_key("a") != derive_key("b")
+    assert derive_key("a", b"secret") == derive_key("a", b"secret")
+    assert derive_key("a", b"secret") != derive_key("a", b"other secret")
+    assert derive_key("a", b"secret") != derive_key("a")
     assert derive_key(None) != derive_key(None)
     assert b"s3cret-token" not in derive_key("s3cret-token")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lockgate.dashboard.throttle import LoginThrottle
+from lockgate.dashboard.throttle import LoginThrottle, client_key
 
 
 def test_a_client_is_held_back_after_its_attempts_until_the_oldest_ages_out() -> None:
@@ -44,3 +44,12 @@ def test_the_clients_remembered_are_bounded_the_stalest_forgotten_first() -> Non
     assert throttle.wait("a", 3.0) > 0
     assert throttle.wait("b", 3.0) == 0
     assert throttle.wait("c", 3.0) > 0
+
+
+def test_an_ipv6_client_counts_as_its_64_an_ipv4_one_as_itself() -> None:
+    assert client_key("2001:db8:1:2:aaaa::1") == client_key("2001:db8:1:2:bbbb::7")
+    assert client_key("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
+    assert client_key("::ffff:10.0.0.1") == "10.0.0.1" == client_key("10.0.0.1")
+    assert client_key("10.0.0.1") != client_key("10.0.0.2")
+    assert client_key("testclient") == "testclient"  # not an address: as it is

@@ -4,7 +4,7 @@
   address it refuses to start without one (:func:`bind_refusal`).
 - Access token: with a token set, a request must carry it, as ``Authorization: Bearer
   TOKEN`` (scripts) or as the login cookie the login form sets (browsers). The cookie holds
-  no token: it is ``ISSUED.MAC`` (the MAC keyed by a key derived from the token), valid for
+  no token: it is ``ISSUED.MAC`` (the MAC keyed by :func:`derive_key`), valid for
   :data:`LOGIN_MAX_AGE` seconds. The token never goes in a URL, so it never reaches an
   access log; :func:`scrub` still removes a ``token=`` that someone typed into one.
 - CSRF: every POST carries a token that is the HMAC of the browser's random CSRF cookie
@@ -24,21 +24,31 @@ import secrets
 
 # Seconds the login cookie stays valid after the login form was sent.
 LOGIN_MAX_AGE = 12 * 3600
+# The namespace's dashboard secret (see derive_key).
+SECRET_BYTES = 32
 # A CSRF cookie is 32 bytes of randomness, base64url (43 characters).
 SESSION_BYTES = 32
 _SESSION = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _TOKEN_IN_QUERY = re.compile(r"(?i)((?:^|[?&;])[^=&;\s]*token=)[^&;\s\"]*")
 
 
-def derive_key(token: str | None) -> bytes:
+def derive_key(token: str | None, secret: bytes = b"") -> bytes:
     """The key of the dashboard's MACs (login cookie, CSRF tokens).
 
-    Derived from the access token when there is one, so every process serving the same
-    token accepts each other's cookies and forms; a random key of this process otherwise.
+    With a token: derived from it and from ``secret``, random bytes the namespace keeps
+    in Redis, so every process serving the same token accepts each other's cookies and
+    forms, and nobody who only sees a page can test guesses of the token against its
+    CSRF token (a key of the token alone let a 4-digit token fall offline from one
+    anonymous login page). Without a token: a random key of this process.
     """
     if token is None:
         return secrets.token_bytes(32)
-    return hmac.new(token.encode(), b"lockgate-dashboard-key", hashlib.sha256).digest()
+    return hmac.new(secret, b"lockgate-dashboard-key\x00" + token.encode(), hashlib.sha256).digest()
+
+
+def new_secret() -> bytes:
+    """Random bytes for :func:`derive_key`'s ``secret``."""
+    return secrets.token_bytes(SECRET_BYTES)
 
 
 def _mac(key: bytes, purpose: str, value: str) -> str:

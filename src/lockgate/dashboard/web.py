@@ -16,6 +16,7 @@ See :mod:`lockgate.dashboard.security` for the rules these checks follow, and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -51,11 +52,12 @@ from lockgate.dashboard.security import (
     local_request,
     login_cookie,
     login_valid,
+    new_secret,
     new_session,
     session_valid,
     token_matches,
 )
-from lockgate.dashboard.throttle import LoginThrottle
+from lockgate.dashboard.throttle import LoginThrottle, client_key
 from lockgate.delayed import delayed_jobs
 from lockgate.errors import ConfigError, LockgateError
 
@@ -130,7 +132,9 @@ class Dashboard:
         self.app = app
         self.token = token or None
         self.read_only = read_only
-        self.key = derive_key(self.token)
+        # With a token, made from it and the namespace's secret in Redis (_load_key).
+        self.key: bytes | None = derive_key(None) if self.token is None else None
+        self._key_lock = asyncio.Lock()
         self.throttle = LoginThrottle()
         self.templates = Jinja2Templates(env=_environment())
         self._static: dict[str, bytes] = {}
@@ -165,14 +169,33 @@ class Dashboard:
 
     # access
 
-    def _refusal(self, request: Request) -> Response | None:
+    async def _load_key(self) -> bytes:
+        """The MAC key (see :func:`~lockgate.dashboard.security.derive_key`), read from
+        Redis once.
+
+        Raises:
+            LockgateError: Redis could not be reached (a 503 page, as for any page).
+        """
+        if self.key is None:
+            async with self._key_lock:
+                if self.key is None:
+                    secret_key = self.app.store.keys.dashboard_secret()
+                    # Sync, as the pages' reads: a mounted dashboard's lifespan never
+                    # runs, so an async client of the server's loop would never be closed.
+                    store = self.app.store
+                    secret = await run_in_threadpool(store.shared_secret, secret_key, new_secret())
+                    self.key = derive_key(self.token, secret)
+        return self.key
+
+    async def _refusal(self, request: Request) -> Response | None:
         """None when ``request`` may see the dashboard, else the answer it gets."""
         if self.token is None:
             client = request.client.host if request.client is not None else None
             if local_request(request.headers.get("host"), client):
                 return None
             return self._login_page(request, 401)
-        if login_valid(self.key, request.cookies.get(LOGIN_COOKIE), time.time()):
+        key = await self._load_key()
+        if login_valid(key, request.cookies.get(LOGIN_COOKIE), time.time()):
             return None
         given = bearer(request.headers.get("authorization"))
         if given is None:
@@ -183,24 +206,31 @@ class Dashboard:
         """None when ``given`` is the token; else a 401, or a 429 while the client has
         tried too many wrong ones (then not even the right one is checked)."""
         assert self.token is not None
-        client, now = _client(request), time.monotonic()
-        wait = self.throttle.wait(client, now)
-        if wait > 0:
-            seconds = math.ceil(wait)
-            response = self._problem(
-                request, 429, f"too many wrong tokens from {client}: try again in {seconds} s"
-            )
-            response.headers["retry-after"] = str(seconds)
-            return response
+        held = self._held_back(request)
+        if held is not None:
+            return held
         if token_matches(self.token, given):
             return None
-        self.throttle.failed(client, now)
+        client = _client(request)
+        self.throttle.failed(client, time.monotonic())
         log.warning("dashboard: a wrong token from %s", client)
         return self._login_page(request, 401, "wrong token")
 
+    def _held_back(self, request: Request) -> Response | None:
+        """A 429 while the client may not try a token (see lockgate.dashboard.throttle)."""
+        client = _client(request)
+        wait = self.throttle.wait(client, time.monotonic())
+        if wait <= 0:
+            return None
+        seconds = math.ceil(wait)
+        message = f"too many wrong tokens from {client}: try again in {seconds} s"
+        response = self._problem(request, 429, message)
+        response.headers["retry-after"] = str(seconds)
+        return response
+
     def _page(self, handler: Handler) -> Handler:
         async def guarded(request: Request) -> Response:
-            refused = self._refusal(request)
+            refused = await self._refusal(request)
             return refused if refused is not None else await handler(request)
 
         return guarded
@@ -228,7 +258,7 @@ class Dashboard:
             "base": self._base(request),
             "read_only": self.read_only,
             "auth": self.token is not None,
-            "csrf": csrf_token(self.key, session),
+            "csrf": csrf_token(self.key, session) if self.key is not None else "",
             "namespace": self.app.namespace,
             "backend": self.app.backend,
             "refresh": REFRESH_SECONDS,
@@ -300,7 +330,8 @@ class Dashboard:
             return self._problem(request, 403, "the dashboard is read-only")
         async with request.form(max_files=0, max_fields=16, max_part_size=4096) as form:
             values = {k: v for k, v in form.items() if isinstance(v, str)}
-        if not csrf_valid(self.key, request.cookies.get(CSRF_COOKIE), values.get("csrf")):
+        key = await self._load_key()
+        if not csrf_valid(key, request.cookies.get(CSRF_COOKIE), values.get("csrf")):
             return self._problem(request, 403, "missing or stale form token: reload the page")
         name = str(request.path_params["action"])
         action = ACTIONS.get(name)
@@ -334,7 +365,7 @@ class Dashboard:
 
     async def login_form(self, request: Request) -> Response:
         """The login form (a token is set), else the overview."""
-        refused = None if self.token is None else self._refusal(request)
+        refused = None if self.token is None else await self._refusal(request)
         if refused is None:
             return RedirectResponse(f"{self._base(request)}/", status_code=303)
         return refused if refused.status_code == 429 else self._login_page(request, 200)
@@ -343,7 +374,12 @@ class Dashboard:
         """Check the token of the login form; on success set the login cookie."""
         async with request.form(max_files=0, max_fields=4, max_part_size=4096) as form:
             given, sent_csrf = form.get("token"), form.get("csrf")
-        if not csrf_valid(self.key, request.cookies.get(CSRF_COOKIE), _str(sent_csrf)):
+        key = await self._load_key()
+        # Held back before the CSRF check too: its answer must not depend on a guess.
+        held = None if self.token is None else self._held_back(request)
+        if held is not None:
+            return held
+        if not csrf_valid(key, request.cookies.get(CSRF_COOKIE), _str(sent_csrf)):
             return self._problem(request, 403, "missing or stale form token: reload the page")
         if self.token is None:
             return RedirectResponse(f"{self._base(request)}/", status_code=303)
@@ -351,7 +387,7 @@ class Dashboard:
         if refused is not None:
             return refused
         response = RedirectResponse(f"{self._base(request)}/", status_code=303)
-        value = login_cookie(self.key, time.time())
+        value = login_cookie(key, time.time())
         self._cookie(request, response, LOGIN_COOKIE, value, max_age=LOGIN_MAX_AGE)
         return response
 
@@ -378,7 +414,8 @@ def _str(value: object) -> str | None:
 
 
 def _client(request: Request) -> str:
-    return request.client.host if request.client else "?"
+    """Whom the request counts as for the wrong-token limit."""
+    return client_key(request.client.host) if request.client else "?"
 
 
 def create_app(app: App, *, token: str | None = None, read_only: bool = False) -> Starlette:
