@@ -2,8 +2,9 @@
 that keeps serving the slots it still covers (``cluster-require-full-coverage no``, or
 the seconds before it marks a failed primary), the partitions on the live primaries are
 enqueued to and drained, by a worker that was running and by one started during the
-outage. The primary struck is the one redis-py's cluster client asks first (its default
-node: it would send its ``COMMAND`` and lockgate's ``HELLO`` there).
+outage, and every partition again once the primary is back. The primary struck is the
+one redis-py's cluster client asks first (its default node: it would send its
+``COMMAND`` and lockgate's ``HELLO`` there).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
 from cluster.slots import SlotRanges, owner, primary_of_slots
-from clusters import LocalCluster, Node
+from clusters import CLUSTER_OPTIONS, LocalCluster, Node
 from conftest import running, wait_until
 from lockgate import App, Worker, WorkerConfig
 from lockgate.partitions import partition_of
@@ -111,9 +112,23 @@ async def test_while_a_primary_is_down_the_other_partitions_are_served(
                 lambda: set(later) <= set(ran), timeout=60,
                 message="the live partitions' jobs, by a worker started during the outage",
             )  # fmt: skip
+            assert not victim.alive  # still down: those jobs ran without it
+            # The primary comes back (empty, its slots its own again): its partitions
+            # are served again by the worker that passed them over.
+            victim.start("redis-server", *CLUSTER_OPTIONS)
+            cluster.wait_ok()
+            back = [f"back-{n}" for n in range(PER_PHASE)]
+            assert {partition_of(i, PARTITIONS) for i in back} == set(range(PARTITIONS))
+            await second.enqueue_many_async(
+                [second.tasks["job"].message(i, job_id=i) for i in back]
+            )
+            await wait_until(
+                lambda: set(back) <= set(ran), timeout=60,
+                message="every partition's jobs once the primary is back",
+            )  # fmt: skip
     finally:
         for app in (first, second):
             await app.aclose()
             app.close()
-    assert sorted(ran) == sorted([f"before-{n}" for n in range(PER_PHASE)] + during + later)
-    assert not victim.alive  # still down: the jobs ran without it
+    before = [f"before-{n}" for n in range(PER_PHASE)]
+    assert sorted(ran) == sorted(before + during + later + back)

@@ -12,6 +12,7 @@ extra round trip then, never an error.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,12 @@ __all__ = ["Arg", "AsyncScripts", "ScriptCall", "ScriptName", "SyncScripts", "so
 
 Arg = str | bytes | int | float
 FUNCTION_NOT_FOUND = "function not found"
+# Seconds a cluster node whose pipeline lost its connection is passed over by rounds
+# that reach other nodes too: its calls fail at once instead of being sent. redis-py
+# retries a failed cluster pipeline for seconds, closing the client's connections to
+# every node meanwhile (the other nodes' calls in flight fail with them), so a round
+# that waits for a down node each time both stalls and spoils the live nodes' calls.
+NODE_REST = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,10 @@ def function_missing(error: BaseException) -> bool:
 def _missing(replies: Sequence[Any]) -> list[int]:
     """Positions of the calls whose function the server did not have."""
     return [i for i, reply in enumerate(replies) if function_missing(reply)]
+
+
+class NodeResting(redis.ConnectionError):
+    """A node's calls not sent: its connection was lost a moment ago (see NODE_REST)."""
 
 
 def _by_node(client: Any, calls: Sequence[ScriptCall]) -> dict[Any, list[int]]:
@@ -94,6 +105,7 @@ class AsyncScripts:
         self._client = client
         self._soon: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
         self._sending: set[asyncio.Task[None]] = set()
+        self._resting: dict[str, float] = {}  # node name -> until (monotonic)
 
     async def run(self, call: ScriptCall) -> Any:
         """Run one call."""
@@ -143,14 +155,18 @@ class AsyncScripts:
         # does): a node that is down fails its own calls only (each gets the error in its
         # place), where one pipeline would fail every call, those of live nodes too.
         # When every node failed, the round trip did: raised as before.
-        positions = list(groups.values())
+        nodes, positions = list(groups), list(groups.values())
         sent = await asyncio.gather(
-            *(self._send_pipeline([calls[i] for i in group]) for group in positions),
+            *(self._send_group(node, [calls[i] for i in group])
+              for node, group in zip(nodes, positions, strict=True)),
             return_exceptions=True,
-        )
-        for outcome in sent:
+        )  # fmt: skip
+        for node, outcome in zip(nodes, sent, strict=True):
             if isinstance(outcome, asyncio.CancelledError):
                 raise outcome
+            lost = isinstance(outcome, redis.ConnectionError | redis.TimeoutError)
+            if node is not None and lost and not isinstance(outcome, NodeResting):
+                self._resting[node] = time.monotonic() + NODE_REST
         if all(isinstance(outcome, BaseException) for outcome in sent):
             raise next(o for o in sent if isinstance(o, BaseException))
         replies: list[Any] = [None] * len(calls)
@@ -158,6 +174,12 @@ class AsyncScripts:
             for k, i in enumerate(group):
                 replies[i] = outcome if isinstance(outcome, BaseException) else outcome[k]
         return replies
+
+    async def _send_group(self, node: str | None, calls: Sequence[ScriptCall]) -> list[Any]:
+        """One node's calls of a round, unless the node rests (see :data:`NODE_REST`)."""
+        if node is not None and self._resting.get(node, 0.0) > time.monotonic():
+            raise NodeResting(f"{node} lost its connection a moment ago: not asked")
+        return await self._send_pipeline(calls)
 
     async def _send_pipeline(self, calls: Sequence[ScriptCall]) -> list[Any]:
         async with self._client.pipeline(transaction=False) as pipe:
