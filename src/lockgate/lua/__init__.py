@@ -136,7 +136,9 @@ class AsyncScripts:
     async def run_each(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run calls in one pipelined round trip; a call's error is returned in its place.
 
-        A lost connection still raises: then nothing, or only part, was applied.
+        A lost connection raises (then nothing, or only part, was applied), unless the
+        calls reach several cluster nodes and some answered: then each call of a node
+        that failed gets that node's error in its place (see :meth:`_pipeline`).
         """
         replies = await self._pipeline(calls)
         missing = _missing(replies)
