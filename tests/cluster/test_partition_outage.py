@@ -83,12 +83,12 @@ async def test_while_a_primary_is_down_the_other_partitions_are_served(
         return app
 
     first, second = build(), build()
+    before = [f"before-{n}" for n in range(PER_PHASE)]
     # A read whose reply the down node's failure cut off (redis-py closes every node's
     # connections then) leaves its jobs pending until the visibility timeout: short here.
     try:
         job = first.tasks["job"]
-        before = [job.message(f"before-{n}", job_id=f"before-{n}") for n in range(PER_PHASE)]
-        first.enqueue_many(before)
+        first.enqueue_many([job.message(i, job_id=i) for i in before])
         worker = Worker(first, WorkerConfig(concurrency=4, idle_wait=0.5, visibility_timeout=5.0))
         async with running(worker):
             await wait_until(lambda: len(ran) == PER_PHASE, message="every job before")
@@ -130,5 +130,4 @@ async def test_while_a_primary_is_down_the_other_partitions_are_served(
         for app in (first, second):
             await app.aclose()
             app.close()
-    before = [f"before-{n}" for n in range(PER_PHASE)]
     assert sorted(ran) == sorted(before + during + later + back)
