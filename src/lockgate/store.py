@@ -137,6 +137,8 @@ class Store:
         if self._partitions_checked:
             return
         # Once per loop, not by every first caller at once on a client still connecting.
+        for old in [old for old in self._check_locks if old.is_closed()]:
+            del self._check_locks[old]
         lock = self._check_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
         async with lock:
             if self._partitions_checked:
