@@ -91,7 +91,9 @@ async def test_while_a_primary_is_down_the_other_partitions_are_served(
         first.enqueue_many([job.message(i, job_id=i) for i in before])
         worker = Worker(first, WorkerConfig(concurrency=4, idle_wait=0.5, visibility_timeout=5.0))
         async with running(worker):
-            await wait_until(lambda: len(ran) == PER_PHASE, message="every job before")
+            # Settled, not only run: a settle still bound for the primary about to die
+            # could not land, and the worker would not stop while it waits.
+            await wait_until(lambda: worker.processed == PER_PHASE, message="every job before")
             victim.signal(signal.SIGKILL)
             during = live_ids(first, victim.port, ranges, "during")
             for job_id in during[: PER_PHASE // 2]:
