@@ -233,6 +233,18 @@ def job_ended(client: Any, keys: Keys, job_id: str) -> bool:
     return not client.exists(keys.job(job_id))
 
 
+# ARGV quiet ms, gap ms of the scripts that take jobs from other workers (_liveness.lua).
+LIVENESS_ARGS = [30_000, 10_000]
+
+
+def serving_forever(client: Any, keys: Keys) -> str:
+    """Write ``keys``' liveness hash as if workers had beaten without a gap forever, none
+    of them named: every worker counts as dead once its job is idle long enough (what
+    the scripts that take jobs from others decided before liveness). Its key."""
+    client.hset(keys.liveness(), mapping={"~pulse": 10**13, "~since": 0})
+    return keys.liveness()
+
+
 def unacked_reads(
     rclient: redis.Redis, stream: str, consumer: str = "ghost", count: int = 1
 ) -> list[bytes]:

@@ -26,6 +26,38 @@ from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
 log = logging.getLogger(__name__)
+# A worker's liveness beats: at least this often, and at most (a short lease in tests).
+LONGEST_BEAT = 1.0
+SHORTEST_BEAT = 0.05
+SHORTEST_GAP = 0.25  # seconds of silence of every worker that count as an outage at least
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """When a worker counts as alive, and when as dead (pure; see ``lua/_liveness.lua``).
+
+    A worker is alive for ``lease`` seconds after each beat of its liveness thread, which
+    beats every ``beat`` seconds. No beat of any worker for ``gap`` seconds was an outage
+    (Redis away, restarted, hung): only once beats have come for a whole ``lease`` after
+    it may a lapsed worker be called dead and its jobs be taken.
+    """
+
+    lease: float
+    beat: float
+    gap: float
+
+    @classmethod
+    def of(cls, lease: float) -> Liveness:
+        """The timing for a worker whose jobs may be taken ``lease`` seconds after it died
+        (its visibility timeout): beats at a quarter of it (1 s at most), a gap of half
+        of it (at least four beats)."""
+        beat = min(LONGEST_BEAT, max(SHORTEST_BEAT, lease / 4))
+        return cls(lease=lease, beat=beat, gap=max(lease / 2, 4 * beat, SHORTEST_GAP))
+
+    @property
+    def args(self) -> list[Arg]:
+        """``quiet ms, gap ms`` as the scripts that take jobs from others want them."""
+        return [max(1, round(self.lease * 1000)), max(1, round(self.gap * 1000))]
 
 
 @dataclass(slots=True)
@@ -361,6 +393,10 @@ class Consumer(Protocol):
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> None:
         """Keep running (or not yet settled) deliveries from going to another worker."""
+
+    @property
+    def liveness_keys(self) -> list[str]:
+        """The liveness hashes this worker's beats must reach (one per partition)."""
 
     @property
     def client(self) -> AsyncClient:

@@ -171,6 +171,11 @@ class Keys:
         unless its worker heartbeats."""
         return f"{self.prefix}:worker:{name}"
 
+    def liveness(self) -> str:
+        """Which workers are alive, on the server's clock (a hash: see
+        ``lua/_liveness.lua``); one per partition, beside its streams."""
+        return f"{self.prefix}:liveness"
+
     def workers(self) -> str:
         """The registry's index: worker names scored by their entry's expiry (Unix s)."""
         return f"{self.prefix}:workers"

@@ -281,6 +281,11 @@ class PartitionedConsumer:
         await self._parts[0].heartbeat(deliveries)
 
     @property
+    def liveness_keys(self) -> list[str]:
+        """Every partition's liveness hash: a worker beats to each."""
+        return [key for part in self._parts for key in part.liveness_keys]
+
+    @property
     def client(self) -> AsyncClient:
         return self._client
 

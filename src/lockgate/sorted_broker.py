@@ -25,6 +25,7 @@ from lockgate.broker import (
     Delivery,
     EnqueuePlan,
     LevelStats,
+    Liveness,
     Outgoing,
     ReadClaim,
     ReadClaims,
@@ -208,6 +209,7 @@ class SortedConsumer:
         self._levels = levels
         self._queues = list(queues)
         self._lease_ms = max(1, round(lease_seconds * 1000))
+        self._liveness = Liveness.of(lease_seconds)
         self._turn = 0
         self._producer = producer
         self._consumer = consumer
@@ -231,9 +233,9 @@ class SortedConsumer:
             call = ScriptCall(
                 "take_sorted",
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
-                 q.owners, q.wake, self._keys.paused()],
-                [free - len(result.deliveries), self._lease_ms, self._consumer, len(mine),
-                 *mine, *claim_args],
+                 q.owners, q.wake, self._keys.paused(), self._keys.liveness()],
+                [free - len(result.deliveries), self._lease_ms, self._consumer,
+                 *self._liveness.args, len(mine), *mine, *claim_args],
             )  # fmt: skip
             with translated(self._url):
                 taken, _returned, next_ms, wake_id = await self._scripts.run(call)
@@ -316,6 +318,11 @@ class SortedConsumer:
         if calls:
             with translated(self._url):
                 await self._scripts.run_all(calls)
+
+    @property
+    def liveness_keys(self) -> list[str]:
+        """Where this worker's liveness beats go (the namespace's liveness hash)."""
+        return [self._keys.liveness()]
 
     @property
     def client(self) -> AsyncClient:

@@ -22,6 +22,7 @@ from lockgate.broker import (
     Delivery,
     EnqueuePlan,
     LevelStats,
+    Liveness,
     Outgoing,
     ReadClaim,
     ReadClaims,
@@ -72,6 +73,7 @@ class StreamBroker:
             StreamConsumer(
                 client, url=url, keys=keys, levels=self._levels, queues=queues,
                 consumer=name, claims=claims.on(keys) if claims is not None else None,
+                liveness=Liveness.of(lease_seconds),
             )
             for keys in self._layout.parts
         ]  # fmt: skip
@@ -254,9 +256,11 @@ class StreamConsumer:
         queues: Sequence[str],
         consumer: str,
         claims: ReadClaims | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self._client = client
         self._claims = claims
+        self._liveness = liveness or Liveness.of(30.0)
         self._scripts = AsyncScripts(client)
         self._url = url
         self._keys = keys
@@ -415,10 +419,13 @@ class StreamConsumer:
         shift = self._reclaim_turn % len(streams)
         self._reclaim_turn += 1
         streams = streams[shift:] + streams[:shift]
-        args: list[Arg] = [GROUP, self._consumer, max(1, round(min_idle * 1000)), *running]
+        args: list[Arg] = [
+            GROUP, self._consumer, max(1, round(min_idle * 1000)), *self._liveness.args,
+            *running,
+        ]  # fmt: skip
         with translated(self._url):
             index, entry_id, fields, count, _ = await self._scripts.run(
-                ScriptCall("reclaim_stream", streams, args)
+                ScriptCall("reclaim_stream", [self._keys.liveness(), *streams], args)
             )
         if not index:
             return None
@@ -444,6 +451,11 @@ class StreamConsumer:
         if calls:
             with translated(self._url):
                 await self._scripts.run_all(calls)
+
+    @property
+    def liveness_keys(self) -> list[str]:
+        """Where this worker's liveness beats go (its partition's liveness hash)."""
+        return [self._keys.liveness()]
 
     def place(self, stream: str) -> tuple[str, int]:
         """The queue and level index of one of this consumer's streams."""

@@ -40,12 +40,13 @@ from dataclasses import replace
 from typing import Any
 
 from lockgate.app import App
-from lockgate.broker import Consumer, Delivery
+from lockgate.broker import Consumer, Delivery, Liveness
 from lockgate.config import WorkerConfig
 from lockgate.errors import AccessDenied, LockgateError
 from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
+from lockgate.liveness import LivenessKeeper
 from lockgate.outcome import CANCELLED, dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.registry import Registry
@@ -60,6 +61,7 @@ FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
 DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
 SHORT_WAIT = 0.1  # seconds: an idle wait shorter than this sleeps instead of blocking
 CANCEL_LOOK = 0.25  # seconds between looks for App.cancel requests of running jobs
+TICK_EVERY = 0.05  # seconds between the event loop's ticks to its liveness keeper
 
 
 class Worker:
@@ -111,13 +113,24 @@ class Worker:
         self._gather_until = 0.0  # until when a read waits for more free slots
         self._gathering = False
         self._reading = False  # the fetch loop's last read worked (see ready)
+        self._read_at = 0.0  # monotonic time of the last read or wait that completed
+        # Ready while a read or a liveness beat completed this recently (a hung server
+        # completes neither; a busy worker, whose slots are full, still beats).
+        self._ready_within = max(2 * self.config.idle_wait_seconds, 2.0)
+        self._liveness: LivenessKeeper | None = None
 
     @property
     def ready(self) -> bool:
         """Connected to Redis and consuming: the fetch loop runs, its last read worked,
-        and no stop was asked for (a ``/readyz`` probe, see :mod:`lockgate.metrics`).
-        Safe to read from any thread."""
-        return self._reading and not self._stopping.is_set()
+        a read or a liveness beat completed within twice the idle wait (2 s at least: a
+        hung server completes neither), and no stop was asked for (a ``/readyz`` probe,
+        see :mod:`lockgate.metrics`). Safe to read from any thread."""
+        if not self._reading or self._stopping.is_set():
+            return False
+        latest = self._read_at
+        if self._liveness is not None and self._liveness.last_ok is not None:
+            latest = max(latest, self._liveness.last_ok)
+        return time.monotonic() - latest <= self._ready_within
 
     @property
     def failed(self) -> int:
@@ -178,9 +191,16 @@ class Worker:
             ),
         )  # fmt: skip
         store.adopt_async_client(client)  # claims and tasks share the worker's client
+        # Alive before the first read: nobody takes a job of a worker that beats.
+        liveness = self._liveness = LivenessKeeper(
+            store.url, self.name, consumer.liveness_keys,
+            Liveness.of(self.config.visibility_seconds), self._running_ids,
+        )  # fmt: skip
         try:
+            await asyncio.to_thread(liveness.start)
             await self.app.hooks.start(self.app)
         except BaseException:
+            await asyncio.to_thread(liveness.stop)
             store.release_async_client(client)
             await consumer.close()
             raise
@@ -196,6 +216,7 @@ class Worker:
         helpers = [
             asyncio.create_task(self._supervised("settle", self._settler.run)),
             asyncio.create_task(self._supervised("heartbeat", self._heartbeat_loop)),
+            asyncio.create_task(self._supervised("tick", self._tick_loop)),
             asyncio.create_task(self._supervised("cancel", self._cancel_loop)),
             asyncio.create_task(
                 self._supervised("lag", lambda: sample_lag(self._intake.observe, self._closing))
@@ -297,7 +318,8 @@ class Worker:
         mine = self._mine() if self.app.store.broker.ranked else ()
         landed = self._landed
         result = await self._consumer.read(free, policy.plan(free), mine)
-        self._gather_until = time.monotonic() + GATHER
+        self._gather_until = self._read_at = time.monotonic()
+        self._gather_until += GATHER
         self._reading = True
         policy.record(result.taken, result.dry)
         for delivery in result.deliveries:
@@ -324,6 +346,7 @@ class Worker:
                 await self._unless_stopping(asyncio.sleep(timeout))
             else:
                 await self._unless_stopping(self._consumer.wait_for_work(timeout))
+                self._read_at = time.monotonic()
         return False
 
     async def _reclaim(self) -> bool:
@@ -344,6 +367,13 @@ class Worker:
         self._next_reclaim = 0.0  # more may be waiting: look again after this one
         self._start(delivery)
         return True
+
+    def _running_ids(self) -> list[str]:
+        """Ids of the jobs running here; called from the liveness thread too."""
+        try:
+            return [d.job_id for d in list(self._running.values())]
+        except RuntimeError:  # changed while copied: the next call gets it
+            return []
 
     def _mine(self) -> list[str]:
         """Refs of the jobs this worker runs or has yet to settle."""
@@ -437,15 +467,25 @@ class Worker:
             waiter.exception()  # retrieved: an error of an abandoned wait is of no interest
 
     async def _heartbeat_loop(self) -> None:
+        """Keep the entries of running and unsettled jobs fresh, every third of the
+        visibility timeout, the first at once (a loop restarted after an outage must not
+        wait a period first). The worker's liveness (:mod:`lockgate.liveness`) is what
+        keeps its jobs its own; this keeps their idle times short, so the reclaim scripts
+        look at dead workers' entries only."""
         assert self._consumer is not None and self._settler is not None
         interval = self.config.visibility_seconds / 3
         while not self._closing.is_set():
-            await self._unless_stopping(asyncio.sleep(interval), closing=True)
-            if self._closing.is_set():
-                return
             alive = [*self._running.values(), *self._settler.unsettled]
             if alive:
                 await self._consumer.heartbeat(alive)
+            await self._unless_stopping(asyncio.sleep(interval), closing=True)
+
+    async def _tick_loop(self) -> None:
+        """Tell the liveness keeper that the event loop runs (it logs a blocked loop)."""
+        assert self._liveness is not None
+        while not self._closing.is_set():
+            self._liveness.tick()
+            await self._unless_stopping(asyncio.sleep(TICK_EVERY), closing=True)
 
     async def _cancel_loop(self) -> None:
         """Look for ``App.cancel`` requests of the jobs running here, every
@@ -534,6 +574,8 @@ class Worker:
         # The last settles' counts, and off the registry, once its loop ended (no heartbeat
         # of that loop can land after the removal and list a stopped worker again).
         await self._registry.close()
+        if self._liveness is not None:
+            await asyncio.to_thread(self._liveness.stop)
         if self._consumer is not None:
             self.app.store.release_async_client(self._consumer.client)
             await self._consumer.close()

@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import unacked_reads
+from conftest import LIVENESS_ARGS, unacked_reads
 from lockgate.keys import GROUP, Keys, SortedKeys
 from lockgate.lua import ScriptCall, SyncScripts, source
+
+# Workers named here never beat: each counts as dead as it did before liveness.
+pytestmark = pytest.mark.usefixtures("liveness_of_old")
 
 LEVEL = "normal"
 
@@ -117,9 +120,10 @@ def take(scripts: SyncScripts, keys: Keys, q: SortedKeys, limit: int = 10) -> li
     """take_sorted by worker 'w1': the ids taken."""
     script_keys = [
         q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
-        keys.paused(),
+        keys.paused(), keys.liveness(),
     ]  # fmt: skip
-    taken, _, _, _ = run(scripts, "take_sorted", script_keys, [limit, 30_000, "w1", 0])
+    args = [limit, 30_000, "w1", *LIVENESS_ARGS, 0]
+    taken, _, _, _ = run(scripts, "take_sorted", script_keys, args)
     return list(taken[0::6])
 
 

@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 import redis
-from test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
 
-from conftest import wait_until_sync
+from conftest import LIVENESS_ARGS, wait_until_sync
 from lockgate.keys import GROUP, Keys, SortedKeys
 from lockgate.lua import ScriptCall, SyncScripts, source
+from lua.test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
+
+# Workers named here never beat: each counts as dead as it did before liveness.
+pytestmark = pytest.mark.usefixtures("liveness_of_old")
 
 TTL_MS = 3_600_000
 LEASE_MS = 60_000
@@ -402,8 +405,8 @@ class SortedJob:
             self.scripts,
             "take_sorted",
             [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
-             self.keys.paused()],
-            [1, lease_ms, consumer, 0],
+             self.keys.paused(), self.keys.liveness()],
+            [1, lease_ms, consumer, *LIVENESS_ARGS, 0],
         )  # fmt: skip
         assert taken[0] == b"a", taken
         return bytes(taken[3])
@@ -578,8 +581,8 @@ def test_a_settle_after_the_lease_lapsed_and_the_job_went_back_changes_nothing(
         scripts,
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
-         sorted_job.keys.paused()],
-        [0, LEASE_MS, "w2", 0],
+         sorted_job.keys.paused(), sorted_job.keys.liveness()],
+        [0, LEASE_MS, "w2", *LIVENESS_ARGS, 0],
     )  # fmt: skip
     before = sorted_job.state()
     assert before["waiting"] is not None

@@ -9,9 +9,12 @@ from typing import Any, NamedTuple
 import pytest
 import redis
 
-from conftest import WAIT_TIMEOUT, wait_until_sync
+from conftest import LIVENESS_ARGS, WAIT_TIMEOUT, wait_until_sync
 from lockgate.keys import Keys, SortedKeys
 from lockgate.lua import ScriptCall, SyncScripts, source
+
+# Workers named here never beat: each counts as dead as it did before liveness.
+pytestmark = pytest.mark.usefixtures("liveness_of_old")
 
 SECOND_US = 1_000_000
 
@@ -28,6 +31,11 @@ def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> An
 def paused_key(q: SortedKeys) -> str:
     """Keys.paused of the namespace ``q`` belongs to (its hash tag)."""
     return Keys(q.waiting.partition("{")[2].partition("}")[0]).paused()
+
+
+def liveness_key(q: SortedKeys) -> str:
+    """Keys.liveness of the namespace ``q`` belongs to (see conftest.serving_forever)."""
+    return Keys(q.waiting.partition("{")[2].partition("}")[0]).liveness()
 
 
 def enqueue(
@@ -82,8 +90,8 @@ def take(
         scripts,
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
-         paused_key(q)],
-        [limit, lease_ms, consumer, len(running), *running],
+         paused_key(q), liveness_key(q)],
+        [limit, lease_ms, consumer, *LIVENESS_ARGS, len(running), *running],
     )  # fmt: skip
     taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 6)]
     assert all(state == NOT_CLAIMED for state in flat[4::6])  # no idempotent task named

@@ -17,10 +17,13 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from conftest import wait_until_sync
+from conftest import LIVENESS_ARGS, wait_until_sync
 from lockgate.embedded import free_port
 from lockgate.keys import GROUP, Keys
 from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts, source
+
+# Workers named here never beat: each counts as dead as it did before liveness.
+pytestmark = pytest.mark.usefixtures("liveness_of_old")
 
 LEVELS = ("critical", "normal", "low")
 START_TIMEOUT = 15.0
@@ -468,11 +471,14 @@ def test_read_under_oom_still_hands_out_an_idempotent_job(tmp_path: Path) -> Non
 
 
 def reclaim(
-    scripts: SyncScripts, streams: list[str], consumer: str, min_idle_ms: int
+    scripts: SyncScripts, keys: Keys, streams: list[str], consumer: str, min_idle_ms: int
 ) -> tuple[int, str, dict[bytes, bytes], int, int]:
-    """reclaim_stream: (key index or 0, entry id, fields, delivery count, deleted dropped)."""
+    """reclaim_stream, every worker taken for dead once idle that long (serving_forever):
+    (key index or 0, entry id, fields, delivery count, deleted dropped)."""
+    alive = keys.liveness()
+    args = [GROUP, consumer, min_idle_ms, *LIVENESS_ARGS]
     index, entry_id, fields, count, dropped = run(
-        scripts, "reclaim_stream", streams, [GROUP, consumer, min_idle_ms]
+        scripts, "reclaim_stream", [alive, *streams], args
     )
     values = dict(zip(fields[::2], fields[1::2], strict=True))
     return index, entry_id.decode(), values, count, dropped
@@ -507,7 +513,11 @@ def test_reclaim_finds_a_dead_workers_entry_behind_1000_live_ones(
     script = rclient.register_script(source("reclaim_stream"))
     with rclient.pipeline(transaction=True) as pipe:
         pipe.xclaim(stream, GROUP, "live", 0, live_ids, justid=True)
-        script(keys=[stream], args=[GROUP, "rescuer", 100], client=pipe)
+        script(
+            keys=[keys.liveness(), stream],
+            args=[GROUP, "rescuer", 100, *LIVENESS_ARGS],
+            client=pipe,
+        )
         touched, (index, entry_id, fields, count, dropped) = pipe.execute()
     assert len(touched) == 1000
     # One call finds it, however many live entries come first in the PEL.
@@ -523,7 +533,7 @@ def test_reclaim_takes_nothing_that_is_not_idle_long_enough(
     enqueue(scripts, keys, ("a", "low", b"A"), ("b", "low", b"B"))
     read(scripts, keys, 2, [0, 0, 2], consumer="c1")
     stream = keys.stream("q", "low")
-    assert reclaim(scripts, [stream], "c2", 600_000) == (0, "", {}, 0, 0)
+    assert reclaim(scripts, keys, [stream], "c2", 600_000) == (0, "", {}, 0, 0)
     assert pending_consumers(rclient, stream) == {b"c1": 2}
 
 
@@ -537,13 +547,13 @@ def test_reclaim_skips_entries_deleted_while_pending(
     wait_until_sync(lambda: idle_ms(rclient, stream, kept) >= 100, message="entries idle")
     # Missing streams (NOGROUP) come first in KEYS and are passed over.
     missing = keys.stream("other", "low")
-    index, entry_id, fields, count, dropped = reclaim(scripts, [missing, stream], "c2", 50)
+    index, entry_id, fields, count, dropped = reclaim(scripts, keys, [missing, stream], "c2", 50)
     assert (index, entry_id, fields, count) == (2, kept.decode(), {b"job": b"K"}, 2)
     assert dropped == 1
     # Redis 7 dropped the deleted entry from the PEL on the XCLAIM: it is not tried again.
     pending = rclient.xpending_range(stream, GROUP, "-", "+", 10)
     assert [(row["message_id"], row["consumer"]) for row in pending] == [(kept, b"c2")]
-    assert reclaim(scripts, [missing, stream], "c3", 600_000)[0] == 0
+    assert reclaim(scripts, keys, [missing, stream], "c3", 600_000)[0] == 0
 
 
 async def test_async_runner_runs_single_and_pipelined_calls(redis_url: str, keys: Keys) -> None:

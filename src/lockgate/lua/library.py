@@ -49,6 +49,7 @@ ScriptName = Literal[
     "rate_limit",
     "peek_stream",
     "wake_workers",
+    "beat",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -86,6 +87,8 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "peek_stream": ALLOW_OOM,
     # Sent once an enqueue landed, which must not then fail: at most 64 tiny items a list.
     "wake_workers": ALLOW_OOM,
+    # A worker's liveness must be kept under OOM too: one small field per worker.
+    "beat": ALLOW_OOM,
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"

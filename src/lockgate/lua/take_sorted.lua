@@ -1,12 +1,16 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
 -- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream),
---       the namespace's paused queues (Keys.paused: a sorted set of queue names)
--- ARGV: limit (free slots), lease in ms, consumer name, m, then m job ids this worker still
+--       the namespace's paused queues (Keys.paused: a sorted set of queue names), the
+--       liveness hash (see _liveness.lua)
+-- ARGV: limit (free slots), lease in ms, consumer name, quiet ms, gap ms (see
+--       _liveness.lua), m, then m job ids this worker still
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
 --       expired leases are left for the worker's next heartbeat, never handed out again;
 --       then the job claims to take (see _read_claim.lua)
--- Touches: moves due delayed jobs to waiting, and jobs whose lease expired (a dead
---          worker's) from inflight back to waiting, both at their stored rank; then moves
+-- Touches: moves due delayed jobs to waiting, and jobs whose lease expired and whose worker
+--          is known dead (see _liveness.lua) from inflight back to waiting, both at their
+--          stored rank; an expired lease of a worker that is alive, or whose death is not
+--          known yet (Redis was away), is extended by a lease on its behalf; then moves
 --          up to limit jobs from waiting to inflight, scored by their lease deadline, counts
 --          each delivery and records the take's owner token (consumer, delivery count,
 --          server time) in owners: only that take may settle or extend the job. Nothing is
@@ -26,14 +30,16 @@
 --#include _last_id
 --#include _read_claim
 --#include _marker
+--#include _liveness
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local quiet, gap = tonumber(ARGV[4]), tonumber(ARGV[5])
 if redis.call('ZSCORE', KEYS[9], queue_of(KEYS[1])) then limit = 0 end
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local mine = {}
-local m = tonumber(ARGV[4])
-for i = 5, 4 + m do mine[ARGV[i]] = true end
-local claims = read_claims(5 + m)
+local m = tonumber(ARGV[6])
+for i = 7, 6 + m do mine[ARGV[i]] = true end
+local claims = read_claims(7 + m)
 local function requeue(from, ids)
   for _, id in ipairs(ids) do
     if not (from == KEYS[2] and mine[id]) then
@@ -44,10 +50,20 @@ local function requeue(from, ids)
   end
 end
 requeue(KEYS[5], redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000))
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+local deadline = string.format('%.0f', now + lease)
+local expired, fate = {}, {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
+  -- The owner token is '<consumer>:<deliveries>:<server us>' (below).
+  local owner = string.match(redis.call('HGET', KEYS[7], id) or '', '^(.*):%d+:%d+$') or ''
+  if fate[owner] == nil then fate[owner] = owner_dead(KEYS[10], owner, now, quiet, gap) end
+  if fate[owner] or mine[id] then
+    expired[#expired + 1] = id
+  else
+    redis.call('ZADD', KEYS[2], deadline, id)
+  end
+end
 requeue(KEYS[2], expired)
 local taken = {}
-local deadline = string.format('%.0f', now + lease)
 for _ = 1, limit do
   local popped = redis.call('ZPOPMIN', KEYS[1])
   if #popped == 0 then break end

@@ -1,0 +1,186 @@
+"""Liveness, script by script, against real Redis: beat.lua keeps a worker's record on
+the server's clock, and the scripts that take jobs from other workers (reclaim_stream,
+take_sorted) take them only from a worker known dead, never after an outage before every
+worker had a full lease to check in again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from conftest import wait_until_sync
+from lockgate.keys import GROUP, Keys
+from lockgate.lua import ScriptCall, SyncScripts
+from lua.test_stream_scripts import enqueue, idle_ms, pending_consumers, read
+
+LEASE_MS = 300
+GAP_MS = 150
+QUIET_MS = LEASE_MS
+
+
+def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> Any:
+    return scripts.run_all([ScriptCall(name, keys, args)])[0]
+
+
+def beat(scripts: SyncScripts, keys: Keys, consumer: str, lease_ms: int = LEASE_MS) -> list[int]:
+    """beat.lua for ``consumer``: [ms its liveness had lapsed (-1: first), gap ended]."""
+    return list(run(scripts, "beat", [keys.liveness()], [consumer, lease_ms, GAP_MS, 0]))
+
+
+def reclaim(scripts: SyncScripts, keys: Keys, consumer: str, min_idle_ms: int = 50) -> Any:
+    stream = keys.stream("q", "low")
+    args = [GROUP, consumer, min_idle_ms, QUIET_MS, GAP_MS]
+    return run(scripts, "reclaim_stream", [keys.liveness(), stream], args)
+
+
+def now_ms(rclient: redis.Redis) -> int:
+    seconds, micros = rclient.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_the_first_beat_starts_a_quiet_period_and_later_beats_keep_the_worker_alive(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    assert beat(scripts, keys, "w1") == [-1, 1]  # nothing beat before: a gap
+    since = int(rclient.hget(keys.liveness(), "~since"))
+    assert beat(scripts, keys, "w1") == [0, 0]
+    assert int(rclient.hget(keys.liveness(), "~since")) == since
+    alive_until = int(rclient.hget(keys.liveness(), "w1"))
+    assert 0 < alive_until - now_ms(rclient) <= LEASE_MS
+
+
+def test_a_beat_after_a_silence_longer_than_the_gap_restarts_the_quiet_period(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    beat(scripts, keys, "w1")
+    before = int(rclient.hget(keys.liveness(), "~since"))
+    wait_until_sync(lambda: now_ms(rclient) - before > GAP_MS + LEASE_MS, message="silence")
+    lapsed, gap = beat(scripts, keys, "w1")
+    assert gap == 1 and lapsed > 0  # its own liveness lapsed too: an outage, not a death
+    assert int(rclient.hget(keys.liveness(), "~since")) > before
+
+
+def test_a_clean_stop_ends_the_workers_liveness_at_once(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    beat(scripts, keys, "w1")
+    beat(scripts, keys, "w1", lease_ms=0)
+    assert int(rclient.hget(keys.liveness(), "w1")) <= now_ms(rclient)
+
+
+def test_a_sweep_removes_records_of_workers_lapsed_long_ago(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    rclient.hset(keys.liveness(), mapping={"gone": 1, "recent": now_ms(rclient) - 10})
+    run(scripts, "beat", [keys.liveness()], ["w1", LEASE_MS, GAP_MS, 60_000])
+    assert set(rclient.hkeys(keys.liveness())) == {b"recent", b"~since", b"~pulse", b"w1"}
+
+
+def keep_beating(scripts: SyncScripts, keys: Keys, *consumers: str) -> None:
+    for consumer in consumers:
+        beat(scripts, keys, consumer)
+
+
+def test_an_idle_entry_of_a_live_worker_is_kept_for_it_not_reclaimed(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """Its event loop is blocked: no entry heartbeat, but its liveness thread beats."""
+    stream = keys.stream("q", "low")
+    enqueue(scripts, keys, ("a", "low", b"A"))
+    keep_beating(scripts, keys, "busy", "rescuer")
+    entry = read(scripts, keys, 1, [0, 0, 1], consumer="busy")[1][0][1]
+    # Past the quiet period and the entry's min idle, both workers beating all along.
+    start = now_ms(rclient)
+    while now_ms(rclient) - start < QUIET_MS + 50:
+        keep_beating(scripts, keys, "busy", "rescuer")
+    assert idle_ms(rclient, stream, entry) >= 50
+    assert reclaim(scripts, keys, "rescuer")[0] == 0
+    assert pending_consumers(rclient, stream) == {b"busy": 1}
+    assert idle_ms(rclient, stream, entry) < 50  # kept for it: its idle time starts over
+
+
+def test_an_entry_of_a_worker_whose_liveness_lapsed_while_redis_served_is_reclaimed(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    stream = keys.stream("q", "low")
+    enqueue(scripts, keys, ("a", "low", b"A"))
+    keep_beating(scripts, keys, "dead", "rescuer")
+    entry = read(scripts, keys, 1, [0, 0, 1], consumer="dead")[1][0][1]
+    start = now_ms(rclient)
+    while now_ms(rclient) - start < LEASE_MS + 50:  # only the rescuer beats
+        keep_beating(scripts, keys, "rescuer")
+    index, entry_id, _, count, _ = reclaim(scripts, keys, "rescuer")
+    assert (index, entry_id.decode(), count) == (1, entry, 2)
+    assert pending_consumers(rclient, stream) == {b"rescuer": 1}
+
+
+def test_after_an_outage_nobody_is_reclaimed_until_every_worker_had_a_lease_to_beat(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """Redis away longer than the lease: every record lapsed. The first beats after it
+    start a quiet period; the worker that beats again keeps its job."""
+    stream = keys.stream("q", "low")
+    enqueue(scripts, keys, ("a", "low", b"A"), ("b", "low", b"B"))
+    keep_beating(scripts, keys, "w1", "w2", "rescuer")
+    read(scripts, keys, 1, [0, 0, 1], consumer="w1")
+    read(scripts, keys, 1, [0, 0, 1], consumer="w2")
+    silence_from = now_ms(rclient)
+    wait_until_sync(lambda: now_ms(rclient) - silence_from > LEASE_MS + GAP_MS, message="outage")
+    # Redis is back: the rescuer beats first, and a reclaim right after it takes nothing.
+    assert beat(scripts, keys, "rescuer")[1] == 1
+    assert reclaim(scripts, keys, "rescuer")[0] == 0
+    # w1 checks in within the quiet period, w2 never does.
+    start = now_ms(rclient)
+    while now_ms(rclient) - start < QUIET_MS + 50:
+        keep_beating(scripts, keys, "w1", "rescuer")
+    taken = reclaim(scripts, keys, "rescuer")
+    assert taken[0] == 1 and taken[2] == [b"job", b"B"]
+    assert reclaim(scripts, keys, "rescuer")[0] == 0
+    assert pending_consumers(rclient, stream) == {b"w1": 1, b"rescuer": 1}
+
+
+def test_a_reclaimer_whose_own_beats_stalled_takes_nothing(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """No beat within the gap, not even the reclaimer's own: nothing is known."""
+    enqueue(scripts, keys, ("a", "low", b"A"))
+    keep_beating(scripts, keys, "dead", "rescuer")
+    read(scripts, keys, 1, [0, 0, 1], consumer="dead")
+    rclient.hset(keys.liveness(), "~since", 0)  # serving for long, as far as it knows
+    start = now_ms(rclient)
+    wait_until_sync(lambda: now_ms(rclient) - start > LEASE_MS + GAP_MS, message="stall")
+    assert reclaim(scripts, keys, "rescuer")[0] == 0
+
+
+def sorted_take(scripts: SyncScripts, keys: Keys, consumer: str, lease_ms: int) -> Any:
+    q = keys.sorted_keys("q")
+    script_keys = [
+        q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
+        keys.paused(), keys.liveness(),
+    ]  # fmt: skip
+    args = [1, lease_ms, consumer, QUIET_MS, GAP_MS, 0]
+    return run(scripts, "take_sorted", script_keys, args)
+
+
+def test_sorted_an_expired_lease_of_a_live_worker_is_extended_not_handed_out(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    q = keys.sorted_keys("q")
+    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed, keys.job("a")]
+    assert run(scripts, "enqueue_sorted", [*script_keys, keys.job("a")], ["a", 0, "PA", 0, 0])
+    keep_beating(scripts, keys, "busy", "other")
+    taken, *_ = sorted_take(scripts, keys, "busy", 50)
+    assert taken[0] == b"a"
+    start = now_ms(rclient)
+    while now_ms(rclient) - start < QUIET_MS + 50:  # its lease (50 ms) expired long ago
+        keep_beating(scripts, keys, "busy", "other")
+    taken, returned, next_ms, _ = sorted_take(scripts, keys, "other", 50)
+    assert (taken, returned) == ([], 0)
+    assert 0 < next_ms <= 50  # extended by a lease on its behalf, not left expired
+    # It stops beating: once its liveness lapsed, the job goes to the other worker.
+    start = now_ms(rclient)
+    while now_ms(rclient) - start < LEASE_MS + 50:
+        keep_beating(scripts, keys, "other")
+    taken, returned, _, _ = sorted_take(scripts, keys, "other", 50)
+    assert taken[0] == b"a" and taken[2] == 2 and returned == 1
