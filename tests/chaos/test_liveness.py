@@ -1,0 +1,163 @@
+"""Runs once when time misbehaves: a live worker never loses its job to another because
+Redis was away for less than the lease, or because a task blocked its event loop.
+
+Timing is not a proof of death. Each test runs long jobs on real workers against a real
+server and injects the fault while they run; every job must run exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conftest import delete_namespace, running, wait_until, worker_for
+from faults.support import Gate, Runs, once
+from lockgate import App, Worker
+from lockgate.embedded import EmbeddedServer
+
+pytestmark = pytest.mark.chaos
+
+LEASE = 3.0  # visibility timeout and claim lease of these workers
+OUTAGE = 2.8  # seconds the server is down: shorter than the lease, longer than its gap
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A server of this test's own (AOF fsync always: a restart keeps every PEL entry and
+    its idle time), so killing it harms no one."""
+    with EmbeddedServer(appendonly=True, fsync="always") as embedded:
+        yield embedded
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_an_outage_shorter_than_the_lease_runs_no_job_twice(
+    make_app: Callable[..., App], server: EmbeddedServer, backend: str
+) -> None:
+    """Two workers run long jobs (half of them idempotent=True); Redis is killed and
+    restarted from its AOF after OUTAGE seconds. Before liveness, the PEL entries (or
+    leases) had aged past the visibility timeout meanwhile and the first reclaim after
+    the restart took the other worker's running jobs: they ran twice, at the same time."""
+    namespace = uuid.uuid4().hex
+    app = make_app(redis_url=server.url, namespace=namespace, backend=backend)
+    runs = Runs()
+    release = Gate()  # a run taken over runs in a child process: it must end there too
+
+    async def body(job_id: str) -> None:
+        runs.record(job_id)
+        await release.wait()
+
+    @app.task
+    async def plain(job_id: str) -> None:
+        await body(job_id)
+
+    @app.task(idempotent=True)
+    async def claimed(job_id: str) -> None:
+        await body(job_id)
+
+    ids = [f"p{n}" for n in range(3)] + [f"c{n}" for n in range(3)]
+    try:
+        for job_id in ids:
+            task = plain if job_id.startswith("p") else claimed
+            task.enqueue(job_id, job_id=job_id)
+        # Free slots: a worker reclaims only when it has room for the job.
+        config = {"concurrency": 4, "visibility_timeout": LEASE, "claim_lease": LEASE}
+        first, second = worker_for(app, **config), worker_for(app, **config)
+        async with running(first), running(second):
+            await wait_until(lambda: runs.ran_all(ids), message="every job running")
+            server.kill()
+            await asyncio.sleep(OUTAGE)  # the fault: how long Redis is away
+            server.start()
+            # Past a whole lease after the restart: any reclaim would have happened.
+            await asyncio.sleep(2 * LEASE)
+            release.set()
+            settled = lambda: first.processed + second.processed >= len(ids)  # noqa: E731
+            with contextlib.suppress(AssertionError):  # a job run twice settles once
+                await wait_until(settled, timeout=20, message="every job settled")
+        assert runs.counts() == once(ids)
+        assert first.processed + second.processed == len(ids)
+        assert first.dead == second.dead == 0
+    finally:
+        delete_namespace(server.url, namespace)
+
+
+class InThread:
+    """A worker run on an event loop of its own, in a thread: a task that blocks that
+    loop blocks nothing else of the test."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.errors: list[BaseException] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self.thread = threading.Thread(target=self._main, name="own-loop-worker", daemon=True)
+        self.thread.start()
+        assert self._started.wait(10)
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._started.set()
+            await self.worker.run()
+
+        try:
+            asyncio.run(run())
+        except BaseException as e:
+            self.errors.append(e)
+
+    async def stop(self) -> None:
+        """Ask the worker to stop, from its own loop, and wait for its thread."""
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # its loop already closed
+            self._loop.call_soon_threadsafe(self.worker.request_stop)
+        await asyncio.to_thread(self.thread.join, 30)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        assert not self.errors, self.errors
+
+
+async def test_a_task_that_blocks_its_event_loop_keeps_its_job(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``time.sleep`` inside an ``async def`` for 3.5x the visibility timeout: its
+    worker's entry heartbeats stop with its loop, but its liveness thread beats on, so
+    the other worker (which reclaimed and ran it again before) leaves it alone; the stall
+    is logged with the job's id."""
+    visibility = 1.0
+    app = make_app()
+    runs = Runs()
+    blocking = Gate()
+
+    @app.task
+    async def stubborn(job_id: str) -> None:
+        runs.record(job_id)
+        blocking.set()
+        time.sleep(3.5 * visibility)  # blocks the loop: the defect under test
+
+    @app.task
+    async def quick(job_id: str) -> None:
+        runs.record(job_id)
+
+    config = {"concurrency": 2, "visibility_timeout": visibility, "claim_lease": visibility}
+    blocked = worker_for(app, **config)
+    other = worker_for(app, **config)
+    stubborn.enqueue("stuck", job_id="stuck")
+    caplog.set_level(logging.WARNING, logger="lockgate.liveness")
+    own = InThread(blocked)
+    try:
+        await blocking.wait()
+        async with running(other):
+            # The other worker keeps working meanwhile, and reclaims nothing.
+            quick.enqueue("q", job_id="q")
+            await wait_until(lambda: other.processed == 1, message="other worker's job")
+            await wait_until(lambda: blocked.processed == 1, timeout=30, message="unblocked")
+        assert runs.counts() == once(["stuck", "q"])
+        stalls = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
+        assert any("blocked for" in m and "'stuck'" in m for m in stalls), stalls
+    finally:
+        await own.stop()
