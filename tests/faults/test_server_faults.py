@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis
 
-from conftest import running, worker_for
+from conftest import running, wait_until, worker_for
 from faults.support import (
     BUSY_SCRIPT,
     Gate,
@@ -30,6 +32,7 @@ from faults.support import (
     wait_serving,
 )
 from lockgate import App, Worker, current_job
+from lockgate.metrics import WorkerMetrics
 
 CONCURRENCY = 4
 # Long enough that a worker stalled by a fault for a second or two is not taken for dead
@@ -342,3 +345,54 @@ async def test_restart_without_persistence_the_worker_reconnects_and_serves(
     runs = scene.runs.counts()
     assert {job_id: runs[job_id] for job_id in after} == once(after)
     assert all(runs.get(job_id, 0) <= 1 for job_id in before), runs
+
+
+async def status_of(url: str) -> int:
+    """The HTTP status of a GET (in a thread: the probe must not block the loop)."""
+
+    def get() -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    return await asyncio.to_thread(get)
+
+
+async def test_readyz_turns_503_while_the_server_hangs_and_200_after(
+    private_redis: Callable[..., PrivateRedis], make_app: Callable[..., App]
+) -> None:
+    """A hung server (SIGSTOP) never makes a call raise, so "the last read did not
+    raise" stayed true: /readyz said 200 through a 20 s hang. Readiness now needs a read
+    or a liveness beat completed within twice the idle wait; /healthz stays 200."""
+    server = private_redis()
+    app = make_app(redis_url=server.url, namespace=uuid.uuid4().hex)
+
+    @app.task
+    async def noop() -> None:
+        pass
+
+    worker = worker_for(app, idle_wait=0.5)
+    metrics = WorkerMetrics(worker, port=0, host="127.0.0.1")
+    assert metrics.server is not None
+    base = f"http://127.0.0.1:{metrics.server.port}"
+    metrics.start(asyncio.get_running_loop())
+
+    async def readiness(expected: int) -> bool:
+        return await status_of(f"{base}/readyz") == expected
+
+    try:
+        async with running(worker):
+            await wait_until(lambda: readiness(200), message="ready")
+            server.pause()
+            try:
+                await wait_until(lambda: readiness(503), timeout=15, message="503 while hung")
+                assert await status_of(f"{base}/healthz") == 200
+            finally:
+                server.resume()
+            await wait_until(lambda: readiness(200), timeout=30, message="ready again")
+            noop.enqueue()
+            await wait_until(lambda: worker.processed == 1, message="a job after the hang")
+    finally:
+        metrics.close()
