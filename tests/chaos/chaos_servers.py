@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -34,9 +35,9 @@ class Server(Protocol):
     def client(self) -> Any:
         """A sync client for the supervisor's reads."""
 
-    def crash(self, app: App) -> str:
-        """SIGKILL Redis (on a cluster, one primary), start it again from its AOF, wait
-        until it serves; what was crashed."""
+    def crash(self, app: App, down_for: float) -> str:
+        """SIGKILL Redis (on a cluster, one primary), leave it down ``down_for`` seconds,
+        start it again from its AOF, wait until it serves; what was crashed."""
 
 
 class SingleServer:
@@ -50,8 +51,9 @@ class SingleServer:
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
 
-    def crash(self, app: App) -> str:
+    def crash(self, app: App, down_for: float) -> str:
         self.server.kill()
+        time.sleep(down_for)  # the fault: how long Redis is away
         self.server.start()
         return "the server"
 
@@ -83,9 +85,10 @@ class DurableCluster:
         seeds = [ClusterNode("127.0.0.1", node.port) for node in self.cluster.nodes]
         return redis.RedisCluster(startup_nodes=seeds, socket_timeout=5, socket_connect_timeout=5)
 
-    def crash(self, app: App) -> str:
+    def crash(self, app: App, down_for: float) -> str:
         victim, served = self.busiest(app)
         victim.signal(signal.SIGKILL)
+        time.sleep(down_for)  # the fault: how long the primary is away
         binary = shutil.which(self.cluster.binary) or self.cluster.binary
         durable = [option for name, value in DURABLE.items() for option in (f"--{name}", value)]
         victim.start(binary, *CLUSTER_OPTIONS, *durable)  # the later --appendonly wins

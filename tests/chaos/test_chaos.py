@@ -2,7 +2,8 @@
 
 2,000 jobs over three levels; 3 worker processes, a random one SIGKILLed every 20-60
 finished jobs and replaced; one SIGKILL and restart of a private Redis (AOF, fsync
-always) part way; 2% poison jobs that kill their worker; 10% that raise RetryableError
+always) part way, down for 0.8 s (shorter than the visibility timeout: no live worker's
+job may run twice); 2% poison jobs that kill their worker; 10% that raise RetryableError
 once. Half the other jobs record their effect through the PostgreSQL claim (``effect``),
 half through lockgate's Redis claim alone (``redis_only``: ``idempotent=True``, a plain
 INSERT).
@@ -79,6 +80,10 @@ VISIBILITY = 1.0
 # 2-3 s for a cluster primary, which waits out its rejoin delay: see Server.crash): the
 # held-up settle lands before another worker may take the claim over.
 CLAIM_LEASE = 5.0
+# Redis stays down this long: shorter than the visibility timeout, longer than the gap
+# the workers' liveness tolerates, so every running job's entry ages past the visibility
+# timeout while its worker lives (lockgate.liveness: none of them may run twice).
+DOWN_FOR = 0.8 * VISIBILITY
 KILL_GAP = (20, 60)  # jobs finished between two random kills
 RESTART_AT = (0.3, 0.6)  # share of the jobs finished when Redis is killed
 WORK = (0.0, 0.2)  # seconds a Redis-only job runs: some are under way when Redis dies
@@ -302,7 +307,7 @@ def supervise(fleet: Fleet, watch: Watch, server: Server, app: App, plan: Plan) 
             fleet.hold_kills(QUIET)  # busy workers, not fresh ones, meet the crash
         if not run.restarts and watch.finished >= plan.restart_at:
             down, run.restart_time = time.monotonic(), time.time()
-            run.crashed = server.crash(app)
+            run.crashed = server.crash(app, DOWN_FOR)
             run.downtime = time.monotonic() - down
             run.restarts, run.restarted_at = 1, watch.finished
             watch.restart_clock()
