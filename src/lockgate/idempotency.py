@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_KEY_BYTES = 512
 DEFAULT_TTL = 86_400.0
 DEFAULT_LEASE = 30.0
+RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
 
 
 def check_key(key: str) -> str:
@@ -104,32 +105,42 @@ class LeaseKeeper:
         self._interval = DEFAULT_LEASE / 3
 
     def _run(self) -> None:
+        failed = False
         while True:
             with self._lock:
                 claims = list(self._claims.values())
                 self._interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
-            if self._wake.wait(self._interval):
+            # A renewal that failed (Redis away) is tried again soon, not a third of the
+            # lease later: an outage shorter than the lease then never lapses a claim.
+            wait = min(self._interval, RENEW_RETRY) if failed else self._interval
+            if self._wake.wait(wait):
                 self._wake.clear()
                 continue  # a claim with a shorter lease came: sleep by its measure
             app = self._app()
             if app is None:
                 return
             if claims:
-                self._renew(app, claims)
+                failed = not self._renew(app, claims, logged=not failed)
+            else:
+                failed = False
 
-    def _renew(self, app: App, claims: Iterable[Claim]) -> None:
+    def _renew(self, app: App, claims: Iterable[Claim], *, logged: bool = True) -> bool:
+        """Renew the live claims; False when the call failed (logged once per outage)."""
         live = [c for c in claims if c.token in self._claims]
         calls = [c.settle_call("renew", c.lease) for c in live]
         try:
             replies = app.store.run(calls)
         except Exception as e:  # keep renewing the others next round
-            log.error("renewing %d idempotency leases failed: %s", len(calls), e)
-            return
+            if logged:
+                log.error("renewing %d idempotency leases failed: %s; retrying every "
+                          "%.1fs", len(calls), e, RENEW_RETRY)  # fmt: skip
+            return False
         for claim, kept in zip(live, replies, strict=True):
             if not kept:
                 claim.lost = True
                 log.error("lost the claim on %s: its lease lapsed and may be taken over",
                           claim.key)  # fmt: skip
+        return True
 
 
 class Claim:
