@@ -34,7 +34,7 @@ from conftest import job_ended, wait_until_sync
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
 from lockgate.codec import Job, encode
-from lockgate.deadletter import list_dead
+from lockgate.deadletter import list_dead, replay
 
 HERE = Path(__file__).parent
 SPEC = "cli_app:app"
@@ -606,6 +606,33 @@ def test_bulk_changes_ask_at_a_terminal(
         assert code == 1, terminal.text
         assert "Aborted" in terminal.text and done not in terminal.text
         nothing_touched(cli, rclient, dead)
+
+
+def test_a_bulk_replay_reports_a_letter_gone_meanwhile_and_leaves_it_alone(
+    cli: ModuleType, dead: dict[str, str], rclient: redis.Redis, env: dict[str, str]
+) -> None:
+    """Another operator replays a letter while this one is asked: it is not replayed again,
+    and only what this command enqueued counts as replayed."""
+    terminal = at_terminal("dlq", SPEC, "replay", "--all", env=env)
+    try:
+        terminal.expect("replay 3 dead letters of")
+        terminal.expect("[y/N]")
+        email = next(lt for lt in list_dead(cli.app) if lt.job_id == "email-x")
+        (other,) = replay(cli.app, [email])  # the other operator's replay
+        assert other.outcome == "enqueued"
+        terminal.type("y\n")
+        code = terminal.finish()
+    finally:
+        terminal.close()
+    assert code == 0, terminal.text  # nothing stays: no letter needs attention
+    assert f"{dead['email-x']} email-x gone replayed or removed by someone else" in terminal.text
+    assert f"{dead['charge-A1']} charge-A1 enqueued" in terminal.text
+    assert "replayed 2 of 3 (1 gone: replayed or removed by someone else)" in terminal.text
+    assert list_dead(cli.app) == []
+    # The e-mail is queued once, by the other replay.
+    stream = cli.app.keys.stream("mail", "low")
+    queued = [fields[b"job"] for _, fields in rclient.xrange(stream)]
+    assert sum(b'"email-x"' in job for job in queued) == 1
 
 
 def test_a_single_replay_does_not_ask_at_a_terminal(
