@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -633,6 +634,47 @@ def test_a_bulk_replay_reports_a_letter_gone_meanwhile_and_leaves_it_alone(
     stream = cli.app.keys.stream("mail", "low")
     queued = [fields[b"job"] for _, fields in rclient.xrange(stream)]
     assert sum(b'"email-x"' in job for job in queued) == 1
+
+
+CONCURRENT_LETTERS = 250
+SUMMARY = re.compile(r"^replayed (\d+) of (\d+)(?: \((\d+) gone: .*\))?$", re.MULTILINE)
+
+
+def test_two_bulk_replays_at_once_enqueue_each_job_once_and_say_so(
+    cli: ModuleType, rclient: redis.Redis, env: dict[str, str]
+) -> None:
+    """Two operators run ``dlq replay --all`` at two terminals, both list every letter and
+    both answer yes at once: each letter is replayed by one of them; each reports the rest
+    of its listing as gone, and neither fails for it."""
+    with rclient.pipeline(transaction=False) as pipe:
+        for n in range(CONCURRENT_LETTERS):
+            job = Job(id=f"charge-{n}", task="charge", queue="default", level="normal", args=[n])
+            pipe.xadd(cli.app.keys.dead(), {"job_id": job.id, "task": "charge", "job": encode(job)})
+        pipe.execute()
+    terminals = [at_terminal("dlq", SPEC, "replay", "--all", env=env) for _ in range(2)]
+    try:
+        for terminal in terminals:
+            terminal.expect(f"replay {CONCURRENT_LETTERS} dead letters of")
+            terminal.expect("[y/N]")
+        for terminal in terminals:
+            terminal.type("y\n")
+        codes = [terminal.finish() for terminal in terminals]
+    finally:
+        for terminal in terminals:
+            terminal.close()
+    replayed = 0
+    for terminal, code in zip(terminals, codes, strict=True):
+        assert code == 0, terminal.text
+        (summary,) = SUMMARY.findall(terminal.text)
+        done, listed, gone = int(summary[0]), int(summary[1]), int(summary[2] or 0)
+        assert done + gone == listed == CONCURRENT_LETTERS
+        assert terminal.text.count(" enqueued\n") == done
+        assert terminal.text.count(" gone replayed or removed by someone else\n") == gone
+        replayed += done
+    assert replayed == CONCURRENT_LETTERS
+    assert list_dead(cli.app) == []
+    stream = cli.app.keys.stream("default", "normal")
+    assert rclient.xlen(stream) == CONCURRENT_LETTERS  # each job queued once
 
 
 def test_a_single_replay_does_not_ask_at_a_terminal(
