@@ -13,6 +13,7 @@ with the job's stream and marker, so one script reaches both.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +31,7 @@ REPLAY_SCRIPTS: Mapping[ScriptName, ScriptName] = {
     "enqueue_stream": "dlq_replay_stream",
     "enqueue_sorted": "dlq_replay_sorted",
 }
+ENTRY_ID = re.compile(r"\d+(-\d+)?")
 GONE = b"gone"  # a replay script's reply when the letter was not there
 ReplayOutcome = Literal["enqueued", "taken", "gone", "elsewhere"]
 
@@ -50,14 +52,19 @@ class DeadLetters:
         return [keys.dead() for keys in self._store.layout.parts]
 
     def _place(self, letter_id: str) -> tuple[str, str, str] | None:
-        """(stream, entry id, prefix of the letter id) of a letter id, None if malformed."""
+        """(stream, entry id, prefix of the letter id) of a letter id, None if malformed
+        (an entry id that is no stream id too: a script given one would fail whole)."""
         streams = self._streams()
         if len(streams) == 1:
-            return None if "/" in letter_id else (streams[0], letter_id, "")
-        part, _, entry_id = letter_id.partition("/")
-        if not part.isdigit() or int(part) >= len(streams) or not entry_id:
+            part, entry_id, prefix = "0", letter_id, ""
+        else:
+            part, _, entry_id = letter_id.partition("/")
+            prefix = f"{part}/"
+        if not (part.isascii() and part.isdigit()) or int(part) >= len(streams):
             return None
-        return streams[int(part)], entry_id, f"{part}/"
+        if not ENTRY_ID.fullmatch(entry_id):
+            return None
+        return streams[int(part)], entry_id, prefix
 
     def entries(self, count: int = 1000) -> list[Any]:
         """The oldest ``count`` dead letters, oldest first: (letter id, fields) pairs."""

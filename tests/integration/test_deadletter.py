@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import threading
 import time
@@ -29,6 +30,7 @@ from lockgate.deadletter import (
     trim,
     trim_args,
 )
+from lockgate.partitions import partition_of
 
 BACKENDS = ["streams", "sorted"]
 # Each backend, and streams over partitions (a letter lives in its job's partition).
@@ -309,6 +311,31 @@ async def test_a_replayed_job_is_the_stored_job_with_attempt_1_and_a_new_enqueue
     assert again == msgspec.structs.replace(
         old, id="send-2", level="critical", attempt=1, enqueued=again.enqueued
     )
+
+
+async def test_replay_leaves_alone_what_is_no_letter_or_a_letter_outside_its_jobs_partition(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app(partitions=4)
+
+    @app.task
+    def charge(order_id: str) -> None: ...
+
+    job = Job(id="charge-1", task="charge", queue="default", level="normal")
+    home = partition_of(job.id, 4)
+    keys = app.store.layout.for_job(job.id)
+    stray = rclient.xadd(app.store.layout.parts[(home + 1) % 4].dead(), letter_of(job))
+    (letter,) = list_dead(app)
+    assert letter.id == f"{(home + 1) % 4}/{stray.decode()}"
+    (refused,) = replay(app, [letter])
+    assert (refused.outcome, refused.detail) == ("bad", "the letter is not in its job's partition")
+    assert list_dead(app) == [letter] and job_ended(rclient, keys, job.id)
+    # Ids that name no letter of this namespace (no partition, or no stream id): gone, and
+    # nothing sent, so one such id does not fail the round trip of every letter.
+    for nonsense in (f"{home}/x-1", "9/1-0", "²/1-0", "1-0", f"{home}/1-0"):
+        (result,) = replay(app, [dataclasses.replace(letter, id=nonsense)])
+        assert (result.outcome, result.detail) == ("gone", "replayed or removed by someone else")
+    assert list_dead(app) == [letter] and job_ended(rclient, keys, job.id)
 
 
 CONCURRENT_LETTERS = 300
