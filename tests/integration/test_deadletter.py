@@ -341,7 +341,7 @@ async def test_replay_leaves_alone_what_is_no_letter_or_a_letter_outside_its_job
 CONCURRENT_LETTERS = 300
 
 
-@pytest.mark.parametrize("start", ["together", "staggered"])
+@pytest.mark.parametrize("start", ["together", "in chunks", "staggered"])
 @pytest.mark.parametrize(("backend", "partitions"), LAYOUTS)
 async def test_two_replays_of_the_same_letters_at_once_run_each_job_once(
     make_app: Callable[..., App], rclient: redis.Redis, backend: str, partitions: int, start: str
@@ -349,9 +349,10 @@ async def test_two_replays_of_the_same_letters_at_once_run_each_job_once(
     """Two operators replay the same listing at once while a worker runs: each letter is
     replayed by exactly one of them, and the other is told it was gone.
 
-    ``together``: both start at the same moment. ``staggered``: the second starts once
-    the first has replayed a third of the letters (or all of them), so its listing is
-    stale for those, whose jobs may have run already.
+    ``together``: both start at the same moment, with one call each. ``in chunks``: both
+    start at the same moment and replay five letters a call, so their calls alternate.
+    ``staggered``: the second starts once the first has replayed a third of the letters
+    (or all of them), so its listing is stale for those, whose jobs may have run already.
     """
     runs: Counter[str] = Counter()
     # The worker's app and each operator's (a process of its own, with its own client).
@@ -374,12 +375,17 @@ async def test_two_replays_of_the_same_letters_at_once_run_each_job_once(
     barrier = threading.Barrier(len(operators))
 
     def operate(app: App, listing: list[DeadLetter], first: bool) -> list[Replayed]:
+        if start == "staggered":
+            if not first:
+                left = CONCURRENT_LETTERS * 2 // 3
+                wait_until_sync(lambda: count_dead(app) <= left, message="a third replayed")
+            return replay(app, listing)
+        barrier.wait(timeout=10)
         if start == "together":
-            barrier.wait(timeout=10)
-        elif not first:
-            left = CONCURRENT_LETTERS * 2 // 3
-            wait_until_sync(lambda: count_dead(app) <= left, message="a third replayed")
-        return replay(app, listing)
+            return replay(app, listing)
+        # A few letters a call, so the two operators' calls alternate letter by letter.
+        step = 5
+        return [r for i in range(0, len(listing), step) for r in replay(app, listing[i : i + step])]
 
     worker = worker_for(worker_app, concurrency=20)
     async with running(worker):
