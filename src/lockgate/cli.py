@@ -561,8 +561,9 @@ def dlq_replay(
     """Enqueue dead letters again under their own job ids.
 
     One ID replays at once; --all and --task ask first (--yes: do not ask; without a
-    terminal, --yes is required). Exits 1 when a letter was not replayed (its line says
-    why; it stays).
+    terminal, --yes is required). Exits 1 when a letter was not replayed and stays (its
+    line says why). A letter gone meanwhile (replayed or removed by someone else) is
+    left alone and reported as gone: only what this command enqueued counts as replayed.
     """
     if sum((entry_id is not None, replay_all, task_name is not None)) != 1:
         raise click.UsageError("give exactly one of ID, --all or --task")
@@ -586,8 +587,10 @@ def dlq_replay(
     for result in results:
         click.echo(f"{result.id} {result.job_id} {result.outcome} {result.detail}".rstrip())
     replayed = sum(result.outcome == "enqueued" for result in results)
-    click.echo(f"replayed {replayed} of {len(results)}")
-    if replayed < len(results):
+    gone = sum(result.outcome == "gone" for result in results)
+    summary = f"replayed {replayed} of {len(results)}"
+    click.echo(f"{summary} ({gone} gone: {deadletter.DETAILS['gone']})" if gone else summary)
+    if replayed + gone < len(results):
         sys.exit(1)
 
 

@@ -1,7 +1,9 @@
 """The dead-letter queue: what goes into it; listing, replaying, trimming, purging it.
 
 Each dead letter is an entry of the namespace's dead-letter stream with the job as it was
-stored and why it died. Replay enqueues the job again under its own job id (attempt 1).
+stored and why it died. Replay enqueues the stored job again under its own job id, with
+attempt 1 and a new enqueue time, and deletes the letter, in one script call that does
+nothing when the letter is gone: two replays of one letter run its job once.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgspec
+
 from lockgate import codec
 from lockgate.app import App
-from lockgate.broker import Delivery, text
+from lockgate.broker import Delivery, Outgoing, text
+from lockgate.dead_store import ReplayOutcome
 from lockgate.errors import ConfigError, SerializationError
 from lockgate.outcome import ErrorInfo
-from lockgate.task import Message
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 FIELDS = (
@@ -124,12 +128,30 @@ def show_dead(app: App, entry_id: str) -> DeadLetter | None:
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """What a replay did to one dead letter: ``enqueued``, ``taken`` (id queued), ``bad``."""
+    """What a replay did to one dead letter.
+
+    Attributes:
+        id: the letter's id.
+        job_id: its job's id.
+        outcome: ``enqueued`` (this replay enqueued the job and deleted the letter),
+            ``taken`` (a job with its id is queued or running; the letter stays), ``bad``
+            (the letter cannot be replayed as asked, see ``detail``; it stays) or
+            ``gone`` (the letter was no longer there: replayed or removed by someone
+            else; nothing done).
+        detail: why, for every outcome but ``enqueued``.
+    """
 
     id: str
     job_id: str
     outcome: str
     detail: str = ""
+
+
+DETAILS: dict[ReplayOutcome, str] = {
+    "taken": "a job with this id is queued",
+    "gone": "replayed or removed by someone else",
+    "elsewhere": "the letter is not in its job's partition",
+}
 
 
 class _Refused(Exception):
@@ -145,12 +167,15 @@ def _unserved(app: App, queue: str) -> str:
     return f"queue {queue!r} is not served by this app (served: {', '.join(app.queues)})"
 
 
-def _fresh_job(app: App, letter: DeadLetter, level: str | None, queue: str | None) -> codec.Job:
-    """The job to enqueue again for ``letter``: its id, arguments and attempt 1.
+def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None) -> Outgoing:
+    """The job to enqueue again for ``letter``: its stored job with attempt 1 and a new
+    enqueue time (on ``level`` and ``queue`` when given), every other field it carries
+    kept; encoded.
 
     Raises:
-        _Refused: undecodable job, unknown task, or a queue or level no worker of this app
-            reads (enqueued there, it would never run and its id would stay taken).
+        _Refused: undecodable job, unknown task, a queue or level no worker of this app
+            reads (enqueued there, it would never run and its id would stay taken), or a
+            job over the app's ``max_payload_bytes``.
     """
     try:
         job = codec.decode(letter.job)
@@ -171,10 +196,17 @@ def _fresh_job(app: App, letter: DeadLetter, level: str | None, queue: str | Non
         hints.append("--level LEVEL")
     if problems:
         raise _Refused(job.id, f"{'; '.join(problems)}; replay with {' '.join(hints)}")
-    return codec.Job(
-        id=job.id, task=job.task, queue=target_queue, level=target_level,
-        args=job.args, kwargs=job.kwargs, attempt=1, enqueued=time.time(),
-    )  # fmt: skip
+    renewed = msgspec.structs.replace(
+        job, queue=target_queue, level=target_level, attempt=1, enqueued=time.time()
+    )
+    try:
+        data = codec.encode(renewed)
+    except SerializationError as e:
+        raise _Refused(job.id, str(e)) from None
+    if len(data) > app.max_payload_bytes:
+        raise _Refused(job.id, f"{len(data)} bytes encoded, over the limit of "
+                               f"{app.max_payload_bytes}")  # fmt: skip
+    return Outgoing(renewed, data)
 
 
 def replay(
@@ -182,10 +214,14 @@ def replay(
 ) -> list[Replayed]:
     """Enqueue dead letters again under their own job ids, and remove the replayed ones.
 
-    Jobs go through :meth:`App.enqueue_many`, so to the app's backend. A letter stays put
-    (outcome ``bad``) when its job cannot be decoded, its task is unknown here, or its
-    queue or level is not one this app's workers read; ``taken`` when a job with its id
-    is queued or running.
+    Each letter that is still there is deleted and its job enqueued in one script call
+    (on the app's backend, in the letter's partition); one that is gone is left alone, so
+    replays of the same letters at once (two operators, a CLI and the dashboard) enqueue
+    each job once, and only the replay that enqueued it reports ``enqueued``. The job is
+    the letter's stored job with attempt 1 and a new enqueue time, every other field kept.
+    A letter stays put (outcome ``bad``) when its job cannot be decoded, its task is
+    unknown here, or its queue or level is not one this app's workers read; ``taken``
+    when a job with its id is queued or running.
 
     Args:
         app: the app whose tasks, queues and levels the jobs must fit.
@@ -194,6 +230,9 @@ def replay(
             of a level the app no longer declares).
         queue: put every replayed job on this queue instead of its own (e.g. for a task
             that moved to another queue).
+
+    Returns:
+        One :class:`Replayed` per letter, in order.
 
     Raises:
         ConfigError: ``level`` is not declared by the app, or ``queue`` is not one of
@@ -204,20 +243,28 @@ def replay(
         app.levels.index(level)
     if queue is not None and queue not in app.queues:
         raise ConfigError(_unserved(app, queue))
-    results = []
-    for letter in letters:
+    renewed: dict[int, Outgoing] = {}
+    refused: dict[int, Replayed] = {}
+    for position, letter in enumerate(letters):
         try:
-            fresh = _fresh_job(app, letter, level, queue)
+            renewed[position] = _renewed(app, letter, level, queue)
         except _Refused as e:
-            results.append(Replayed(letter.id, e.job_id, "bad", e.detail))
-            continue
-        created = app.enqueue_many([Message(fresh)])[0].created
-        if not created:
-            results.append(Replayed(letter.id, fresh.id, "taken", "a job with this id is queued"))
-            continue
-        app.store.dead.delete(letter.id)
-        results.append(Replayed(letter.id, fresh.id, "enqueued"))
-    return results
+            refused[position] = Replayed(letter.id, e.job_id, "bad", e.detail)
+    outcomes = app.store.dead.replay([(letters[i].id, job) for i, job in renewed.items()])
+    replayed = {
+        position: _reported(letters[position].id, renewed[position].job.id, outcome)
+        for position, outcome in zip(renewed, outcomes, strict=True)
+    }
+    return [refused.get(position) or replayed[position] for position in range(len(letters))]
+
+
+def _reported(letter_id: str, job_id: str, outcome: ReplayOutcome) -> Replayed:
+    """What a replay reports for a letter whose job it sent (pure)."""
+    if outcome == "enqueued":
+        return Replayed(letter_id, job_id, outcome)
+    # A letter outside its job's partition cannot be replayed: as bad as an unknown task.
+    return Replayed(letter_id, job_id, "bad" if outcome == "elsewhere" else outcome,
+                    DETAILS[outcome])  # fmt: skip
 
 
 def trim_args(app: App) -> list[int]:

@@ -276,6 +276,16 @@ class Store:
                 _wakeup_failed(e)
         return created
 
+    def wake_idle(self, counts: Mapping[str, int]) -> None:
+        """After jobs landed other than by :meth:`enqueue` (a dead-letter replay): wake
+        idle workers of a partitioned namespace as :meth:`enqueue` does; a failure is
+        logged, never raised (the jobs are there)."""
+        if (call := self._wakeup_call(counts)) is not None:
+            try:
+                self.run([call])
+            except LockgateError as e:
+                _wakeup_failed(e)
+
     def _wakeup_call(self, counts: Mapping[str, int]) -> ScriptCall | None:
         """The call that pushes ``counts`` (queue -> items) to the wake-up lists."""
         if not counts or not self.layout.partitioned:

@@ -14,7 +14,7 @@ import redis
 from clusters import LocalCluster
 from conftest import worker_for
 from lockgate import App, ConfigError, current_job
-from lockgate.deadletter import list_dead
+from lockgate.deadletter import list_dead, replay
 from lockgate.inspect import queue_stats
 from lockgate.keys import Keys
 
@@ -123,6 +123,35 @@ async def test_claims_retries_and_dead_letters_on_the_cluster(
     assert effects == Counter({f"e{n}": 1 for n in range(20)})
     (letter,) = list_dead(app, 10)
     assert (letter.task, letter.error_type) == ("broken", "ValueError")
+
+
+async def test_dead_letters_of_every_partition_replay_once_on_the_cluster(
+    cluster_app: Callable[..., App],
+) -> None:
+    """Each letter's replay is one script call on its partition's node (its letter, the
+    job's stream and marker share the partition's slot); a second replay of the same
+    listing finds every letter gone and enqueues nothing."""
+    app = cluster_app(partitions=6)
+    fixed = False
+    runs: Counter[str] = Counter()
+
+    @app.task(retries=0)
+    def charge(n: int) -> None:
+        if not fixed:
+            raise ValueError("down")
+        runs[current_job().job_id] += 1
+
+    handles = app.enqueue_many([charge.message(n) for n in range(24)])
+    await asyncio.wait_for(worker_for(app, concurrency=4).run(burst=True), timeout=60)
+    letters = list_dead(app, 100)
+    assert len({letter.id.split("/")[0] for letter in letters}) > 1  # several partitions
+    assert len(letters) == 24
+    fixed = True
+    assert [r.outcome for r in replay(app, letters)] == ["enqueued"] * 24
+    assert [r.outcome for r in replay(app, letters)] == ["gone"] * 24
+    await asyncio.wait_for(worker_for(app, concurrency=4).run(burst=True), timeout=60)
+    assert runs == Counter({handle.job_id: 1 for handle in handles})
+    assert list_dead(app, 100) == []
 
 
 async def test_a_database_number_other_than_0_is_a_config_error(

@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from conftest import job_ended, wait_until_sync
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
 from lockgate.codec import Job, encode
-from lockgate.deadletter import list_dead
+from lockgate.deadletter import list_dead, replay
 
 HERE = Path(__file__).parent
 SPEC = "cli_app:app"
@@ -606,6 +607,74 @@ def test_bulk_changes_ask_at_a_terminal(
         assert code == 1, terminal.text
         assert "Aborted" in terminal.text and done not in terminal.text
         nothing_touched(cli, rclient, dead)
+
+
+def test_a_bulk_replay_reports_a_letter_gone_meanwhile_and_leaves_it_alone(
+    cli: ModuleType, dead: dict[str, str], rclient: redis.Redis, env: dict[str, str]
+) -> None:
+    """Another operator replays a letter while this one is asked: it is not replayed again,
+    and only what this command enqueued counts as replayed."""
+    terminal = at_terminal("dlq", SPEC, "replay", "--all", env=env)
+    try:
+        terminal.expect("replay 3 dead letters of")
+        terminal.expect("[y/N]")
+        email = next(lt for lt in list_dead(cli.app) if lt.job_id == "email-x")
+        (other,) = replay(cli.app, [email])  # the other operator's replay
+        assert other.outcome == "enqueued"
+        terminal.type("y\n")
+        code = terminal.finish()
+    finally:
+        terminal.close()
+    assert code == 0, terminal.text  # nothing stays: no letter needs attention
+    assert f"{dead['email-x']} email-x gone replayed or removed by someone else" in terminal.text
+    assert f"{dead['charge-A1']} charge-A1 enqueued" in terminal.text
+    assert "replayed 2 of 3 (1 gone: replayed or removed by someone else)" in terminal.text
+    assert list_dead(cli.app) == []
+    # The e-mail is queued once, by the other replay.
+    stream = cli.app.keys.stream("mail", "low")
+    queued = [fields[b"job"] for _, fields in rclient.xrange(stream)]
+    assert sum(b'"email-x"' in job for job in queued) == 1
+
+
+CONCURRENT_LETTERS = 250
+SUMMARY = re.compile(r"^replayed (\d+) of (\d+)(?: \((\d+) gone: .*\))?$", re.MULTILINE)
+
+
+def test_two_bulk_replays_at_once_enqueue_each_job_once_and_say_so(
+    cli: ModuleType, rclient: redis.Redis, env: dict[str, str]
+) -> None:
+    """Two operators run ``dlq replay --all`` at two terminals, both list every letter and
+    both answer yes at once: each letter is replayed by one of them; each reports the rest
+    of its listing as gone, and neither fails for it."""
+    with rclient.pipeline(transaction=False) as pipe:
+        for n in range(CONCURRENT_LETTERS):
+            job = Job(id=f"charge-{n}", task="charge", queue="default", level="normal", args=[n])
+            pipe.xadd(cli.app.keys.dead(), {"job_id": job.id, "task": "charge", "job": encode(job)})
+        pipe.execute()
+    terminals = [at_terminal("dlq", SPEC, "replay", "--all", env=env) for _ in range(2)]
+    try:
+        for terminal in terminals:
+            terminal.expect(f"replay {CONCURRENT_LETTERS} dead letters of")
+            terminal.expect("[y/N]")
+        for terminal in terminals:
+            terminal.type("y\n")
+        codes = [terminal.finish() for terminal in terminals]
+    finally:
+        for terminal in terminals:
+            terminal.close()
+    replayed = 0
+    for terminal, code in zip(terminals, codes, strict=True):
+        assert code == 0, terminal.text
+        (summary,) = SUMMARY.findall(terminal.text)
+        done, listed, gone = int(summary[0]), int(summary[1]), int(summary[2] or 0)
+        assert done + gone == listed == CONCURRENT_LETTERS
+        assert terminal.text.count(" enqueued\n") == done
+        assert terminal.text.count(" gone replayed or removed by someone else\n") == gone
+        replayed += done
+    assert replayed == CONCURRENT_LETTERS
+    assert list_dead(cli.app) == []
+    stream = cli.app.keys.stream("default", "normal")
+    assert rclient.xlen(stream) == CONCURRENT_LETTERS  # each job queued once
 
 
 def test_a_single_replay_does_not_ask_at_a_terminal(

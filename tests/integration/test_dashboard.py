@@ -28,9 +28,9 @@ from starlette.types import ASGIApp
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, Worker, queues
-from lockgate.dashboard import create_app
+from lockgate.dashboard import actions, create_app
 from lockgate.dashboard.security import csrf_token, derive_key, login_cookie
-from lockgate.deadletter import count_dead, list_dead
+from lockgate.deadletter import count_dead, list_dead, replay
 
 BACKENDS = ["streams", "sorted"]
 TOKEN = "s3cret-dashboard-token"
@@ -422,6 +422,20 @@ async def test_dead_letters_are_listed_shown_and_replayed_one_by_one(
     assert app.job("invoice-A1").status == "waiting"
     assert "replayed 1 of 1 dead letters" in client.get("/dead").text
     assert act(client, "replay", entry_id="1-1").status_code == 400
+
+
+async def test_a_replay_counts_only_the_letters_it_enqueued(
+    make_app: Callable[..., App],
+) -> None:
+    """Letters another replay took meanwhile are counted apart, not as replayed here."""
+    app = shop(make_app)
+    await dead_lettered(app, "A1", "A2", "A3")
+    letters = list_dead(app)  # the listing the button's action works from
+    assert [r.outcome for r in replay(app, letters[:2])] == ["enqueued"] * 2  # someone else
+    said = await actions._replayed(app, letters)
+    assert said == "replayed 1 of 3 dead letters (2 gone: replayed or removed by someone else)"
+    assert count_dead(app) == 0
+    assert {app.job(f"invoice-{o}").status for o in ("A1", "A2", "A3")} == {"waiting"}
 
 
 async def test_dead_letters_are_replayed_by_task_and_all_and_purged(

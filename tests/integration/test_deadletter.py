@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 import redis
 
-from conftest import job_ended, running, wait_until, worker_for
+from conftest import job_ended, running, wait_until, wait_until_sync, worker_for
 from lockgate import App, ConfigError, current_job
 from lockgate.codec import Job, decode, encode
-from lockgate.deadletter import count_dead, list_dead, purge, replay, show_dead, trim, trim_args
+from lockgate.deadletter import (
+    DeadLetter,
+    Replayed,
+    count_dead,
+    list_dead,
+    purge,
+    replay,
+    show_dead,
+    trim,
+    trim_args,
+)
+from lockgate.partitions import partition_of
 
 BACKENDS = ["streams", "sorted"]
+# Each backend, and streams over partitions (a letter lives in its job's partition).
+LAYOUTS = [("streams", 1), ("streams", 4), ("sorted", 1)]
 
 
 def server_now(rclient: redis.Redis) -> float:
@@ -143,14 +161,26 @@ async def test_purge_deletes_every_dead_letter(make_app: Callable[..., App]) -> 
     assert purge(app) == 0
 
 
-def bury(rclient: redis.Redis, app: App, job: Job, entry_id: str = "*") -> str:
-    """Write a dead letter of ``job`` directly (as an older release or another app left it)."""
-    fields: dict[str, str | bytes] = {
+def letter_of(job: Job) -> dict[str, str | bytes]:
+    """The fields of a dead letter of ``job`` (as an older release or another app left it)."""
+    return {
         "job_id": job.id, "task": job.task, "reason": "failed", "queue": job.queue,
         "level": job.level, "attempt": str(job.attempt), "job": encode(job),
     }  # fmt: skip
-    entry: bytes = rclient.xadd(app.keys.dead(), fields, id=entry_id)
+
+
+def bury(rclient: redis.Redis, app: App, job: Job, entry_id: str = "*") -> str:
+    """Write a dead letter of ``job`` directly (as an older release or another app left it)."""
+    entry: bytes = rclient.xadd(app.keys.dead(), letter_of(job), id=entry_id)
     return entry.decode()
+
+
+def bury_many(rclient: redis.Redis, app: App, jobs: list[Job]) -> None:
+    """Dead letters of ``jobs`` written directly, each in its job's partition's stream."""
+    with rclient.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            pipe.xadd(app.store.layout.for_job(job.id).dead(), letter_of(job))
+        pipe.execute()
 
 
 def queued_ids(rclient: redis.Redis, app: App, queue: str, level: str) -> list[str]:
@@ -239,6 +269,144 @@ async def test_replay_to_another_queue_follows_a_task_that_moved(
     assert result.outcome == "enqueued"
     assert queued_ids(rclient, app, "billing", "normal") == ["charge-1"]
     assert list_dead(app) == []
+
+
+@pytest.mark.parametrize(("backend", "partitions"), LAYOUTS)
+async def test_a_replayed_job_is_the_stored_job_with_attempt_1_and_a_new_enqueue_time(
+    make_app: Callable[..., App], rclient: redis.Redis, backend: str, partitions: int
+) -> None:
+    app = make_app(backend=backend, partitions=partitions)
+
+    @app.task(queue="mail")
+    def send(to: str) -> None: ...
+
+    # Every field a job carries besides its attempt and enqueue time stays as stored.
+    old = Job(
+        id="send-1", task="send", queue="mail", level="low", args=["a@x"], kwargs={"cc": "b@x"},
+        attempt=4, enqueued=1000.0, waits=3, markers_expire=2_000_000_000.5, crashes=2,
+        rate_reserved=True,
+    )  # fmt: skip
+    bury_many(rclient, app, [old])
+    before = time.time()
+    (result,) = replay(app, list_dead(app))
+    assert result.outcome == "enqueued"
+    if backend == "streams":
+        stream = app.store.layout.for_job("send-1").stream("mail", "low")
+        ((_, fields),) = rclient.xrange(stream)
+        stored = decode(fields[b"job"])
+    else:
+        stored = decode(rclient.hget(app.keys.sorted_payloads("mail"), "send-1"))
+    assert before <= stored.enqueued <= time.time()
+    assert stored == msgspec.structs.replace(old, attempt=1, enqueued=stored.enqueued)
+    # To another level, the level changes too, and nothing else.
+    bury_many(rclient, app, [msgspec.structs.replace(old, id="send-2")])
+    (moved,) = replay(app, list_dead(app), level="critical")
+    assert moved.outcome == "enqueued"
+    if backend == "streams":
+        stream = app.store.layout.for_job("send-2").stream("mail", "critical")
+        ((_, fields),) = rclient.xrange(stream)
+        again = decode(fields[b"job"])
+    else:
+        again = decode(rclient.hget(app.keys.sorted_payloads("mail"), "send-2"))
+    assert again == msgspec.structs.replace(
+        old, id="send-2", level="critical", attempt=1, enqueued=again.enqueued
+    )
+
+
+async def test_replay_leaves_alone_what_is_no_letter_or_a_letter_outside_its_jobs_partition(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app(partitions=4)
+
+    @app.task
+    def charge(order_id: str) -> None: ...
+
+    job = Job(id="charge-1", task="charge", queue="default", level="normal")
+    home = partition_of(job.id, 4)
+    keys = app.store.layout.for_job(job.id)
+    stray = rclient.xadd(app.store.layout.parts[(home + 1) % 4].dead(), letter_of(job))
+    (letter,) = list_dead(app)
+    assert letter.id == f"{(home + 1) % 4}/{stray.decode()}"
+    (refused,) = replay(app, [letter])
+    assert (refused.outcome, refused.detail) == ("bad", "the letter is not in its job's partition")
+    assert list_dead(app) == [letter] and job_ended(rclient, keys, job.id)
+    # Ids that name no letter of this namespace (no partition, or no stream id): gone, and
+    # nothing sent, so one such id does not fail the round trip of every letter.
+    for nonsense in (f"{home}/x-1", "9/1-0", "²/1-0", "1-0", f"{home}/1-0"):
+        (result,) = replay(app, [dataclasses.replace(letter, id=nonsense)])
+        assert (result.outcome, result.detail) == ("gone", "replayed or removed by someone else")
+    assert list_dead(app) == [letter] and job_ended(rclient, keys, job.id)
+
+
+CONCURRENT_LETTERS = 300
+
+
+@pytest.mark.parametrize("start", ["together", "in chunks", "staggered"])
+@pytest.mark.parametrize(("backend", "partitions"), LAYOUTS)
+async def test_two_replays_of_the_same_letters_at_once_run_each_job_once(
+    make_app: Callable[..., App], rclient: redis.Redis, backend: str, partitions: int, start: str
+) -> None:
+    """Two operators replay the same listing at once while a worker runs: each letter is
+    replayed by exactly one of them, and the other is told it was gone.
+
+    ``together``: both start at the same moment, with one call each. ``in chunks``: both
+    start at the same moment and replay five letters a call, so their calls alternate.
+    ``staggered``: the second starts once the first has replayed a third of the letters
+    (or all of them), so its listing is stale for those, whose jobs may have run already.
+    """
+    runs: Counter[str] = Counter()
+    # The worker's app and each operator's (a process of its own, with its own client).
+    apps = [make_app(backend=backend, partitions=partitions) for _ in range(3)]
+    for app in apps:
+
+        @app.task(name="charge")
+        async def charge(n: int) -> None:
+            job = current_job()
+            runs[job.job_id] += 1
+
+    worker_app, *operators = apps
+    jobs = [
+        Job(id=f"charge-{n}", task="charge", queue="default", level="normal", args=[n], attempt=3)
+        for n in range(CONCURRENT_LETTERS)
+    ]
+    bury_many(rclient, worker_app, jobs)
+    letters = list_dead(worker_app)
+    assert len(letters) == CONCURRENT_LETTERS
+    barrier = threading.Barrier(len(operators))
+
+    def operate(app: App, listing: list[DeadLetter], first: bool) -> list[Replayed]:
+        if start == "staggered":
+            if not first:
+                left = CONCURRENT_LETTERS * 2 // 3
+                wait_until_sync(lambda: count_dead(app) <= left, message="a third replayed")
+            return replay(app, listing)
+        barrier.wait(timeout=10)
+        if start == "together":
+            return replay(app, listing)
+        # A few letters a call, so the two operators' calls alternate letter by letter.
+        step = 5
+        return [r for i in range(0, len(listing), step) for r in replay(app, listing[i : i + step])]
+
+    worker = worker_for(worker_app, concurrency=20)
+    async with running(worker):
+        reports = await asyncio.gather(
+            *(asyncio.to_thread(operate, app, letters, i == 0) for i, app in enumerate(operators))
+        )
+        replayed = [r.job_id for report in reports for r in report if r.outcome == "enqueued"]
+        # Whatever was enqueued runs (twice over, were a job enqueued twice).
+        await wait_until(lambda: worker.processed >= len(replayed))
+    assert sorted(replayed) == sorted(job.id for job in jobs)
+    assert runs == Counter({job.id: 1 for job in jobs})
+    # Every letter is in both reports: enqueued by one, gone for the other.
+    for report in reports:
+        assert [r.id for r in report] == [letter.id for letter in letters]
+    outcomes = Counter(tuple(sorted((a.outcome, b.outcome))) for a, b in zip(*reports, strict=True))
+    assert outcomes == Counter({("enqueued", "gone"): CONCURRENT_LETTERS})
+    assert {r.detail for report in reports for r in report if r.outcome == "gone"} <= {
+        "replayed or removed by someone else"
+    }
+    assert count_dead(worker_app) == 0
+    assert worker.processed == CONCURRENT_LETTERS
 
 
 @pytest.mark.parametrize(

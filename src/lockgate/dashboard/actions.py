@@ -70,12 +70,18 @@ async def _letters(app: App, task: str | None) -> list[deadletter.DeadLetter]:
 
 async def _replayed(app: App, letters: list[deadletter.DeadLetter]) -> str:
     results = await run_in_threadpool(deadletter.replay, app, letters)
+    # Only what this replay enqueued counts; letters gone meanwhile (another replay took
+    # them) are counted apart, and the first few that stay say why.
     done = sum(result.outcome == "enqueued" for result in results)
-    problems = [
-        f"{r.job_id}: {r.outcome} {r.detail}".rstrip() for r in results if r.outcome != "enqueued"
-    ]
+    gone = sum(result.outcome == "gone" for result in results)
+    notes = [f"{gone} gone: {deadletter.DETAILS['gone']}"] if gone else []
+    notes += [
+        f"{r.job_id}: {r.outcome} {r.detail}".rstrip()
+        for r in results
+        if r.outcome not in ("enqueued", "gone")
+    ][:3]
     line = f"replayed {done} of {len(results)} dead letters"
-    return f"{line} ({'; '.join(problems[:3])})" if problems else line
+    return f"{line} ({'; '.join(notes)})" if notes else line
 
 
 async def _describe_replay(app: App, form: Form) -> str:

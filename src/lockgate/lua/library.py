@@ -34,6 +34,8 @@ ScriptName = Literal[
     "forget_consumers",
     "dlq_purge",
     "dlq_trim",
+    "dlq_replay_stream",
+    "dlq_replay_sorted",
     "purge_stream",
     "purge_sorted",
     "idem_claim",
@@ -68,6 +70,9 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "forget_consumers": ALLOW_OOM,
     "dlq_purge": ALLOW_OOM,
     "dlq_trim": ALLOW_OOM,
+    # A replay adds a job, as an enqueue does: refused whole under OOM (the letter stays).
+    "dlq_replay_stream": (),
+    "dlq_replay_sorted": (),
     # Purging waiting jobs frees memory, like purging dead letters.
     "purge_stream": ALLOW_OOM,
     "purge_sorted": ALLOW_OOM,
