@@ -170,7 +170,7 @@ def _unserved(app: App, queue: str) -> str:
 def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None) -> Outgoing:
     """The job to enqueue again for ``letter``: its stored job with attempt 1 and a new
     enqueue time (on ``level`` and ``queue`` when given), every other field it carries
-    kept; encoded.
+    kept but those of the last attempt alone (``waits``, ``rate_reserved``); encoded.
 
     Raises:
         _Refused: undecodable job, unknown task, a queue or level no worker of this app
@@ -196,9 +196,12 @@ def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None)
         hints.append("--level LEVEL")
     if problems:
         raise _Refused(job.id, f"{'; '.join(problems)}; replay with {' '.join(hints)}")
+    # What described the last attempt (its put-backs behind a busy claim, the rate
+    # limiter's reservation of its start) goes with it: the replay is a first attempt.
     renewed = msgspec.structs.replace(
-        job, queue=target_queue, level=target_level, attempt=1, enqueued=time.time()
-    )
+        job, queue=target_queue, level=target_level, attempt=1, enqueued=time.time(),
+        waits=0, rate_reserved=False,
+    )  # fmt: skip
     try:
         data = codec.encode(renewed)
     except SerializationError as e:
