@@ -49,6 +49,9 @@ ScriptName = Literal[
     "rate_limit",
     "peek_stream",
     "wake_workers",
+    "heartbeat_worker",
+    "leave_worker",
+    "server_time",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -86,6 +89,10 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "peek_stream": ALLOW_OOM,
     # Sent once an enqueue landed, which must not then fail: at most 64 tiny items a list.
     "wake_workers": ALLOW_OOM,
+    # The registry: a heartbeat, like the stream's, and a clean stop, which frees memory.
+    "heartbeat_worker": ALLOW_OOM,
+    "leave_worker": ALLOW_OOM,
+    "server_time": NO_WRITES,
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"
