@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test install-docs browser demo test lint test-cluster docs dist-check services bench bench-smoke
+.PHONY: install install-test install-docs browser faketime demo test lint test-cluster docs dist-check services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,13 +28,19 @@ browser:
 	@test -x /usr/bin/chromedriver || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver; }
 
-test: install-test browser
+# libfaketime, for the test that runs workers with wrong clocks
+# (tests/integration/test_worker_clocks.py), installed only when it is missing.
+faketime:
+	@test -x /usr/bin/faketime || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q faketime; }
+
+test: install-test browser faketime
 	$(BIN)/pytest
 
 # The integration and chaos tiers again, against a local Redis Cluster (3 primaries and 3
 # replicas of private redis-server processes, started and removed by the tests); release
 # 0.1 in the rolling-deploy test never ran on a cluster (marker single_node).
-test-cluster: install-test
+test-cluster: install-test faketime
 	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest tests/integration tests/chaos -m "not single_node"
 
 # The docs site; --strict turns every warning (a broken link, a bad docstring) into a failure.

@@ -18,8 +18,17 @@ What is counted, per queue and level:
   not counted (the same rule as the ``lockgate_job_wait_seconds`` metric).
 
 A duplicate acknowledged without running is not counted, nor is a zombie's settle (it
-changed nothing). A minute's counts go to the minute the run ended in, on the worker's
-clock. Pure: counting, buckets, percentiles and summaries; no I/O.
+changed nothing). A count goes to the minute the run ended in on the server's clock, not
+the worker's: a worker's clock may be minutes off, and its counts would then land outside
+every reader's window. The worker keeps its counts by its own minute, and sends each
+minute's with its age, how long before the send the minute's last run could have ended
+(:func:`batches`, a duration on the worker's clock, so its error drops out); the registry
+script places them at the server's time less that age. A count lands at most a heartbeat
+period (2 s) late, a minute late for counts held back while Redis was down. The activity
+keys a script touches must be in its KEYS, so each batch brings the keys of
+:data:`CANDIDATES` minutes around the worker's guess of the server's minute, and the
+script picks one; a batch whose minute is none of them (the guess was off, once) is sent
+again with a better one. Pure: counting, buckets, percentiles and summaries; no I/O.
 """
 
 from __future__ import annotations
@@ -59,6 +68,47 @@ BOUNDS: tuple[float, ...] = tuple(
 
 # Per minute (Unix time // 60), counter name -> amount.
 Counts = dict[int, dict[str, int]]
+# Activity keys a batch of counts brings: its guessed minute on the server's clock, and
+# the minutes before and after it (see lua/_activity.lua).
+CANDIDATES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The counts of one of a worker's minutes, on their way to the server's minute.
+
+    Attributes:
+        minute: the worker's minute (its clock) they were counted in.
+        age_ms: how long before the send the minute's last count could have been made
+            (the worker's clock: a duration).
+        first: the first of the :data:`CANDIDATES` server minutes offered to the script.
+        counters: counter name -> amount.
+    """
+
+    minute: int
+    age_ms: int
+    first: int
+    counters: Mapping[str, int]
+
+
+def batches(counts: Mapping[int, Mapping[str, int]], now: float, offset: float) -> list[Batch]:
+    """The batches of ``counts`` sent at Unix time ``now`` (the worker's clock), oldest
+    first, each with its candidate minutes around the server's minute guessed with
+    ``offset`` (the server's clock less the worker's, in seconds, as last seen).
+
+    A minute's counts are placed at the latest time any of them could have been made
+    (the minute's end, or ``now`` for the current one): most were counted since the last
+    heartbeat, a couple of seconds before.
+    """
+    found = []
+    for minute, counters in sorted(counts.items()):
+        if not counters:
+            continue
+        latest = min((minute + 1) * MINUTE - 0.001, now)
+        age = max(0.0, now - latest)
+        guess = minute_of(now + offset - age)
+        found.append(Batch(minute, round(age * 1000), guess - 1, dict(counters)))
+    return found
 
 
 def minute_of(unix: float) -> int:

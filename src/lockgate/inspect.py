@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +64,8 @@ async def activity(app: App, minutes: int = RECENT_MINUTES) -> Activity:
     current one included, partly): per queue and level, done, retried (an attempt failed
     and will run again), dead (a final failure) and cancelled runs, and wait times, per
     minute and in total (see :mod:`lockgate.activity`). Counts reach Redis a couple of
-    seconds after the runs end.
+    seconds after the runs end. The window ends at the server's time, not this host's:
+    the workers' counts are placed by it.
 
     Raises:
         ConfigError: ``minutes`` is not 1 to ``activity.KEEP_MINUTES``.
@@ -73,7 +73,7 @@ async def activity(app: App, minutes: int = RECENT_MINUTES) -> Activity:
     """
     if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 < minutes <= KEEP_MINUTES:
         raise ConfigError(f"minutes must be a whole number from 1 to {KEEP_MINUTES}: {minutes!r}")
-    now = time.time()
+    now = await app.store.server_time()  # the clock the counts were placed by
     last = minute_of(now)
     window = list(range(last - minutes + 1, last + 1))
     counts = await app.store.activity_counts(window)

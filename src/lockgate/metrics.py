@@ -43,7 +43,9 @@ documentation describes (https://prometheus.github.io/client_python/multiprocess
 supervisor makes a fresh directory and sets ``PROMETHEUS_MULTIPROC_DIR`` to it before it
 starts the worker processes (:class:`SupervisorMetrics`), which inherit it and write
 their samples there; the supervisor serves the one endpoint with a
-``MultiProcessCollector`` and marks each process that exits dead. Custom collectors do
+``MultiProcessCollector`` and marks each process that exits dead. Its scrapes and its
+readiness skip a file whose header is not written yet (a worker process starting:
+:func:`complete_files`), which prometheus_client's reader fails on. Custom collectors do
 not work across processes, so each worker process publishes its readiness (a
 ``livesum`` gauge) twice a second, and the one holding a lock file in the directory reads
 the queue counts once a second into ``mostrecent`` gauges.
@@ -69,7 +71,7 @@ from lockgate.errors import ConfigError, LockgateError, MissingExtra
 try:
     import prometheus_client
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
     from prometheus_client.registry import Collector
     from prometheus_client.values import MutexValue
@@ -408,6 +410,48 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
+HEADER_BYTES = 8  # a multiprocess file's header: 4 bytes of used length, 4 of padding
+
+
+def complete_files(paths: Iterable[str]) -> list[str]:
+    """The multiprocess files whose header is written, in order; the others are left out.
+
+    A worker process's file exists before it has a header: prometheus_client's writer
+    opens it (0 bytes), then grows it to its first size, then writes the header, and its
+    reader fails on a file shorter than 4 bytes. Such a file holds no sample yet, so
+    leaving it out changes no sum; one that vanished meanwhile (a dead process's ``live``
+    gauge) is left out too. Files only grow while written, so a file seen whole stays so.
+
+    Args:
+        paths: the files' paths.
+
+    Returns:
+        The paths of the files at least a header long.
+    """
+    complete = []
+    for path in paths:
+        try:
+            if os.path.getsize(path) >= HEADER_BYTES:
+                complete.append(path)
+        except FileNotFoundError:
+            continue
+    return complete
+
+
+class _CompleteFilesCollector(MultiProcessCollector):
+    """``MultiProcessCollector`` merging only the files whose header is written (see
+    :func:`complete_files`), so a scrape while a worker process starts cannot fail."""
+
+    def __init__(self, registry: CollectorRegistry, path: str) -> None:
+        super().__init__(registry, path=path)  # type: ignore[no-untyped-call]
+        self._directory = path
+
+    def collect(self) -> Iterable[Metric]:
+        files = complete_files(glob.glob(os.path.join(self._directory, "*.db")))
+        merged: Iterable[Metric] = self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+        return merged
+
+
 class SupervisorMetrics:
     """The one endpoint of a supervisor's worker processes (multiprocess mode).
 
@@ -429,7 +473,7 @@ class SupervisorMetrics:
         self._previous = os.environ.get(MULTIPROC_ENV)
         os.environ[MULTIPROC_ENV] = self.directory
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
+        _CompleteFilesCollector(registry, self.directory)
         try:
             self.server = MetricsServer(registry, self.ready, port, host)
         except BaseException:
@@ -438,7 +482,7 @@ class SupervisorMetrics:
 
     def ready(self) -> bool:
         """Whether a worker process is connected and consuming (a live one's gauge)."""
-        files = glob.glob(os.path.join(self.directory, "gauge_livesum_*.db"))
+        files = complete_files(glob.glob(os.path.join(self.directory, "gauge_livesum_*.db")))
         merged = MultiProcessCollector.merge(files, accumulate=False)  # type: ignore[no-untyped-call]
         for metric in merged:
             if metric.name == READY_METRIC:

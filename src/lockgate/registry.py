@@ -1,18 +1,24 @@
 """The worker registry: which workers serve a namespace right now, and what they did.
 
-Each worker keeps an entry (:meth:`lockgate.keys.Keys.worker`: its :class:`WorkerInfo` as
-JSON) that expires :data:`EXPIRES_AFTER` seconds after its last heartbeat, on the Redis
-clock, and its name in an index (:meth:`lockgate.keys.Keys.workers`, a sorted set scored
-by that expiry in Unix seconds, the worker's clock) that readers go through: a name whose
-entry expired is skipped, and the workers' heartbeats remove names whose score is
-:data:`SWEEP_AFTER` seconds old. A clean stop removes the entry at once; a worker that was
-killed drops out when its entry expires.
+Everything here runs on the server's clock (Redis ``TIME``, read by the registry's
+scripts), never a worker's or a reader's: one host's clock minutes off must neither hide
+the other workers nor lose its counts. Each worker keeps an entry
+(:meth:`lockgate.keys.Keys.worker`: its :class:`WorkerInfo` as JSON, ``started_at`` and
+``last_heartbeat`` in server time) that expires :data:`EXPIRES_AFTER` seconds after its
+last heartbeat, and its name in an index (:meth:`lockgate.keys.Keys.workers`, a sorted
+set scored by that expiry in Unix seconds) that readers go through: a name whose entry
+expired is skipped, and the heartbeats remove names whose score is :data:`SWEEP_AFTER`
+seconds old. A clean stop removes the entry at once; a worker that was killed drops out
+when its entry expires.
 
 The worker's helper loop ``registry`` (:meth:`Registry.run`) sends, every
 :data:`HEARTBEAT_EVERY` seconds and in one round trip, the heartbeat and the activity
-counts its :class:`~lockgate.activity.ActivityRecorder` made since the last one. Counts
-that could not be sent (Redis down) are kept for the next try. Only commands of the
-README's ACL list are used (SET, GET, DEL, ZADD, ZREM, ZRANGE, ZREMRANGEBYSCORE,
+counts its :class:`~lockgate.activity.ActivityRecorder` made since the last one, placed
+in the server's minutes (see :mod:`lockgate.activity`). Counts that could not be sent
+(Redis down) are kept for the next try. The worker sends what it knows as durations (how
+long ago it started, how old each minute's counts are), which its clock's error does not
+touch. The scripts (``lua/heartbeat_worker.lua``, ``lua/leave_worker.lua``) call only
+commands of the README's ACL list (TIME, SET, DEL, ZADD, ZREM, ZREMRANGEBYSCORE,
 PEXPIREAT), so a restricted worker user needs nothing more.
 """
 
@@ -32,18 +38,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lockgate.activity import ActivityRecorder
+from lockgate.activity import CANDIDATES, KEEP_MINUTES, MINUTE, ActivityRecorder, Batch, Counts
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
+from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
     from lockgate.app import App
+    from lockgate.keys import Keys
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 2.0  # seconds between a worker's heartbeats (and activity flushes)
 EXPIRES_AFTER = 3 * HEARTBEAT_EVERY  # a worker that stopped heartbeating drops out then
-# Index entries this much past their expiry are removed: a margin for clock differences
-# between hosts (a name's entry, on the Redis clock, is what says whether it is live).
+# Index entries this much past their expiry (server clock) are removed by the next
+# heartbeat (a name's entry, which expires by itself, is what says whether it is live).
 SWEEP_AFTER = 300.0
 LAST_FLUSH_TIMEOUT = 5.0  # seconds a clean stop gives its last flush
 
@@ -68,8 +76,8 @@ class WorkerInfo:
         queues: the queues it serves.
         concurrency: how many jobs it runs at once at most.
         running: how many jobs it was running at its last heartbeat.
-        started_at: when it started (UTC).
-        last_heartbeat: when it last told the registry it lives (UTC, its clock).
+        started_at: when it started (UTC, the server's clock).
+        last_heartbeat: when it last told the registry it lives (UTC, the server's clock).
         version: its lockgate version.
     """
 
@@ -93,14 +101,64 @@ class WorkerInfo:
         }  # fmt: skip
 
 
-def encode(info: WorkerInfo) -> str:
-    """A registry entry's value: JSON, times as Unix seconds."""
+def entry_fields(info: WorkerInfo) -> str:
+    """A registry entry's value without its times, which the heartbeat script adds on
+    the server's clock (see :func:`heartbeat_call`): a JSON object."""
     return json.dumps({
         "name": info.name, "host": info.host, "pid": info.pid, "queues": list(info.queues),
-        "concurrency": info.concurrency, "running": info.running,
-        "started_at": info.started_at.timestamp(),
-        "last_heartbeat": info.last_heartbeat.timestamp(), "version": info.version,
+        "concurrency": info.concurrency, "running": info.running, "version": info.version,
     })  # fmt: skip
+
+
+def _activity(keys: Keys, batches: Sequence[Batch]) -> tuple[list[str], list[Arg]]:
+    """The candidate keys and the arguments of the counts (see ``lua/_activity.lua``)."""
+    found: list[str] = []
+    args: list[Arg] = [len(batches)]
+    for batch in batches:
+        found += [keys.activity(batch.first + i) for i in range(CANDIDATES)]
+        args += [batch.first, batch.age_ms, len(batch.counters)]
+        for name, amount in batch.counters.items():
+            args += [name, amount]
+    return found, args
+
+
+KEEP_MS = KEEP_MINUTES * MINUTE * 1000  # an activity minute's key, after the minute ends
+
+
+def heartbeat_call(
+    keys: Keys, info: WorkerInfo, expires: float, batches: Sequence[Batch]
+) -> ScriptCall:
+    """The heartbeat of ``info`` with ``batches`` of counts (pure). Its entry expires in
+    ``expires`` seconds; ``info``'s times (the worker's clock) give only how long ago
+    it started."""
+    activity_keys, counts = _activity(keys, batches)
+    started_ms = max(0, round((info.last_heartbeat - info.started_at).total_seconds() * 1000))
+    return ScriptCall(
+        "heartbeat_worker", [keys.worker(info.name), keys.workers(), *activity_keys],
+        [info.name, entry_fields(info), started_ms, max(1, round(expires * 1000)),
+         round(SWEEP_AFTER * 1000), KEEP_MS, *counts],
+    )  # fmt: skip
+
+
+def leave_call(keys: Keys, name: str, batches: Sequence[Batch]) -> ScriptCall:
+    """Worker ``name``'s clean stop with its last ``batches`` of counts (pure)."""
+    activity_keys, counts = _activity(keys, batches)
+    return ScriptCall(
+        "leave_worker",
+        [keys.worker(name), keys.workers(), *activity_keys],
+        [name, KEEP_MS, *counts],
+    )
+
+
+def placed(reply: Any, batches: Sequence[Batch]) -> tuple[int, Counts]:
+    """The server's time (ms) in a registry script's reply, and the counts it did not
+    place (by the worker's minute): its guess of the server's minute was off."""
+    now, *unplaced = (int(item) for item in reply)
+    left: Counts = {}
+    for number in unplaced:
+        batch = batches[number - 1]
+        left[batch.minute] = dict(batch.counters)
+    return now, left
 
 
 def decode(value: bytes | str) -> WorkerInfo | None:
@@ -184,10 +242,13 @@ class Registry:
         """
         counts = self.recorder.take()
         try:
-            await self._app.store.heartbeat_worker(self.info(time.time()), EXPIRES_AFTER, counts)
+            left = await self._app.store.heartbeat_worker(
+                self.info(time.time()), EXPIRES_AFTER, counts
+            )
         except BaseException:
             self.recorder.give_back(counts)
             raise
+        self.recorder.give_back(left)  # not placed (a clock that jumped): the next time
         self._listed = True
 
     async def close(self, timeout: float = LAST_FLUSH_TIMEOUT) -> None:
@@ -206,7 +267,10 @@ class Registry:
     async def _last_flush(self) -> None:
         counts = self.recorder.take()
         try:
-            await self._app.store.remove_worker(self._name, counts)
+            left = await self._app.store.remove_worker(self._name, counts)
+            if left:
+                log.warning("worker %s: %d activity counts are lost (its clock moved)",
+                            self._name, sum(len(c) for c in left.values()))  # fmt: skip
         except LockgateError as e:
             # A refusal that cannot heal already stops the worker, with its own message.
             level = logging.DEBUG if classify(e) == "fatal" else logging.WARNING

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lockgate import partition_record
-from lockgate.activity import KEEP_MINUTES, MINUTE
+from lockgate.activity import Batch, Counts, batches
 from lockgate.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
 from lockgate.config import Backend, Levels
 from lockgate.connections import (
@@ -38,7 +38,7 @@ from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.partitioned import WAKEUPS_MAX, wakeup_call
 from lockgate.partitions import Layout, partition_of
 from lockgate.ratelimit import Rate
-from lockgate.registry import SWEEP_AFTER, WorkerInfo, decode, encode
+from lockgate.registry import WorkerInfo, decode, heartbeat_call, leave_call, placed
 from lockgate.sorted_broker import SortedBroker
 from lockgate.stream_broker import StreamBroker
 
@@ -99,6 +99,9 @@ class Store:
         self._lock = threading.Lock()
         self._sync: tuple[SyncClient, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
+        # The server's clock less this host's (s), as last seen: the registry's guess of
+        # the server's minute for activity counts (see lockgate.activity).
+        self._clock_offset = 0.0
 
     # connections
 
@@ -504,51 +507,73 @@ class Store:
 
     # the worker registry and activity counts (see lockgate.registry, lockgate.activity)
 
-    def _add_counts(self, pipe: Any, counts: Mapping[int, Mapping[str, int]]) -> None:
-        for minute, counters in counts.items():
-            key = self.keys.activity(minute)
-            for name, amount in counters.items():
-                pipe.zadd(key, {name: amount}, incr=True)
-            # Kept for KEEP_MINUTES after the minute ends, however late its counts land.
-            pipe.pexpireat(key, (minute + 1 + KEEP_MINUTES) * MINUTE * 1000)
-
     async def heartbeat_worker(
         self, info: WorkerInfo, expires: float, counts: Mapping[int, Mapping[str, int]]
-    ) -> None:
-        """Refresh worker ``info.name``'s registry entry, to expire in ``expires`` seconds
-        (Redis clock), and add its activity counts (per minute, counter name -> amount),
-        in one round trip.
+    ) -> Counts:
+        """Refresh worker ``info.name``'s registry entry, to expire in ``expires`` seconds,
+        and add its activity counts (per minute of its clock, counter name -> amount), on
+        the server's clock (see :meth:`_registry_call`).
+
+        Returns:
+            The counts not added: to send with the next heartbeat.
 
         Raises:
             BrokerError: Redis refused a command or could not be reached.
         """
-        client, _ = await self.async_connection()
+        client, scripts = await self.async_connection()
         await self.check_partitions_async(client)  # put off by a busy server at the start
-        index, now = self.keys.workers(), time.time()
-        entry_ms = max(1, round(expires * 1000))
-        with translated(self.url):
-            async with client.pipeline(transaction=False) as pipe:
-                self._add_counts(pipe, counts)
-                pipe.set(self.keys.worker(info.name), encode(info), px=entry_ms)
-                pipe.zadd(index, {info.name: now + expires})
-                pipe.zremrangebyscore(index, "-inf", now - SWEEP_AFTER)
-                pipe.pexpireat(index, round((now + SWEEP_AFTER) * 1000))
-                await pipe.execute()
+        return await self._registry_call(
+            scripts, counts, lambda sent: heartbeat_call(self.keys, info, expires, sent)
+        )
 
-    async def remove_worker(self, name: str, counts: Mapping[int, Mapping[str, int]]) -> None:
+    async def remove_worker(self, name: str, counts: Mapping[int, Mapping[str, int]]) -> Counts:
         """Remove worker ``name`` from the registry (a clean stop) and add its last
-        activity counts, in one round trip.
+        activity counts (see :meth:`_registry_call`).
+
+        Returns:
+            The counts not added (lost).
 
         Raises:
             BrokerError: Redis refused a command or could not be reached.
         """
-        client, _ = await self.async_connection()
+        _, scripts = await self.async_connection()
+        return await self._registry_call(
+            scripts, counts, lambda sent: leave_call(self.keys, name, sent)
+        )
+
+    async def _registry_call(
+        self,
+        scripts: AsyncScripts,
+        counts: Mapping[int, Mapping[str, int]],
+        call: Callable[[list[Batch]], ScriptCall],
+    ) -> Counts:
+        """Run a registry script with ``counts``, their minutes guessed with the last
+        offset seen between the clocks: one round trip, and one more with the counts it
+        could not place (the guess was off: the first call, or a clock that moved)."""
+        left = {minute: dict(counters) for minute, counters in counts.items()}
+        for _ in range(2):
+            sent = time.time()
+            sending = batches(left, sent, self._clock_offset)
+            with translated(self.url):
+                reply = await scripts.run(call(sending))
+            now_ms, left = placed(reply, sending)
+            self._clock_offset = now_ms / 1000 - (sent + time.time()) / 2
+            if not left:
+                break
+        return left
+
+    async def server_time(self) -> float:
+        """The server's clock: Unix seconds (the node that keeps the registry).
+
+        Raises:
+            BrokerError: Redis refused the call or could not be reached.
+        """
+        _, scripts = await self.async_connection()
+        sent = time.time()
         with translated(self.url):
-            async with client.pipeline(transaction=False) as pipe:
-                self._add_counts(pipe, counts)
-                pipe.delete(self.keys.worker(name))
-                pipe.zrem(self.keys.workers(), name)
-                await pipe.execute()
+            now_ms = int(await scripts.run(ScriptCall("server_time", [self.keys.workers()], [])))
+        self._clock_offset = now_ms / 1000 - (sent + time.time()) / 2
+        return now_ms / 1000
 
     async def live_workers(self) -> list[WorkerInfo]:
         """The workers whose registry entry has not expired (two reads, no write)."""

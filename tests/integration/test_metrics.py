@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.parser import text_string_to_metric_families
 from test_extras import run_without
 
@@ -34,7 +35,7 @@ from conftest import running, wait_until, wait_until_sync, worker_for
 from lockgate import App, ConfigError, RetryableError, current_job
 from lockgate.embedded import free_port
 from lockgate.inspect import queue_stats
-from lockgate.metrics import WorkerMetrics
+from lockgate.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
 
 HERE = Path(__file__).parent
 LOCAL = "127.0.0.1"
@@ -345,6 +346,36 @@ def test_one_endpoint_sums_the_counts_of_every_worker_process(
     text = log.read_text()
     assert "Traceback" not in text, text
     assert metrics_dirs() == dirs_before  # the supervisor removed its directory
+
+
+def write_samples(path: Path, samples: dict[tuple[str, str], float]) -> None:
+    """A complete multiprocess file as a worker process leaves it: (metric, sample) -> value."""
+    written = MmapedDict(str(path))
+    try:
+        for (metric, sample), value in samples.items():
+            written.write_value(mmap_key(metric, sample, [], [], "help"), value, 0.0)
+    finally:
+        written.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 3])
+def test_a_worker_file_being_created_is_skipped_by_readiness_and_scrape(size: int) -> None:
+    # A starting worker process's file exists before its header is written (prometheus_client
+    # opens it, then grows it, then writes the header): both reads skip it, and still sum the
+    # complete files.
+    with SupervisorMetrics(0, LOCAL) as metrics:
+        directory = Path(metrics.directory)
+        write_samples(directory / "gauge_livesum_101.db", {(READY_METRIC, READY_METRIC): 1.0})
+        write_samples(directory / "counter_101.db", {("lockgate_jobs", "lockgate_jobs_total"): 3})
+        write_samples(directory / "counter_102.db", {("lockgate_jobs", "lockgate_jobs_total"): 4})
+        for name in ("gauge_livesum_103.db", "counter_103.db"):
+            (directory / name).write_bytes(b"\0" * size)
+        assert metrics.ready()
+        base = f"http://{LOCAL}:{metrics.server.port}"
+        assert get(f"{base}/readyz")[0] == 200
+        samples = scrape(base)
+        assert by(samples, "lockgate_jobs_total") == {(): 7}
+        assert by(samples, READY_METRIC) == {(): 1}
 
 
 @pytest.fixture

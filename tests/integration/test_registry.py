@@ -6,6 +6,7 @@ and dead counts that equal what ran, on both backends."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -22,6 +23,7 @@ from cli_runs import invoke
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, ConfigError, RetryableError, current_job
+from lockgate.activity import counter_name, minute_of
 from lockgate.inspect import activity, live_workers
 from lockgate.registry import EXPIRES_AFTER, SWEEP_AFTER, WorkerInfo
 
@@ -85,7 +87,7 @@ async def test_a_worker_that_never_left_drops_out_when_its_entry_expires(
     killed, alive = entry("killed-1"), entry("alive-1")
     await app.store.heartbeat_worker(killed, 0.3, {})  # its last heartbeat, short-lived
     await app.store.heartbeat_worker(alive, 30, {})
-    assert await live_workers(app) == [alive, killed]
+    assert await names(app) == ["alive-1", "killed-1"]
 
     async def expired() -> bool:
         return await names(app) == ["alive-1"]
@@ -95,6 +97,52 @@ async def test_a_worker_that_never_left_drops_out_when_its_entry_expires(
     rclient.zadd(app.keys.workers(), {"gone-long-ago": time.time() - SWEEP_AFTER - 1})
     await app.store.heartbeat_worker(alive, 30, {})
     assert rclient.zscore(app.keys.workers(), "gone-long-ago") is None
+
+
+async def test_a_heartbeat_is_on_the_server_clock_whatever_the_worker_says(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    # A worker whose clock is 10 minutes fast: it started 5 s ago and counted two runs
+    # this minute, by its clock. Only durations count: the entry's times and the
+    # counts' minute are the server's. (The store's own clock is right here; a whole
+    # worker under libfaketime is test_worker_clocks.py.)
+    app = make_app()
+    fast = time.time() + 600
+    info = dataclasses.replace(
+        entry("fast-1"), started_at=datetime.fromtimestamp(fast - 5, UTC),
+        last_heartbeat=datetime.fromtimestamp(fast, UTC),
+    )  # fmt: skip
+    counts = {minute_of(fast): {counter_name("done", "default", "normal"): 2}}
+    assert await app.store.heartbeat_worker(info, 30, counts) == {}
+    (shown,) = await live_workers(app)
+    server = float(rclient.time()[0])
+    assert abs(shown.last_heartbeat.timestamp() - server) < 2
+    assert abs(shown.started_at.timestamp() - (server - 5)) < 2
+    assert (await activity(app, minutes=2)).of("default", "normal").totals.done == 2
+    # The index is scored on the server's clock too: nobody is swept by this heartbeat.
+    assert abs(float(rclient.zscore(app.keys.workers(), "fast-1") or 0) - (server + 30)) < 2
+
+
+async def test_counts_whose_minute_was_guessed_wrong_are_placed_at_the_second_try(
+    make_app: Callable[..., App],
+) -> None:
+    # The store's guess of the server's clock is 10 minutes off (a clock that jumped
+    # since the last heartbeat): no candidate key is the minute, so the script leaves the
+    # counts, and the store sends them again with the offset the reply showed.
+    app = make_app()
+    now = time.time()
+    counts = {minute_of(now): {counter_name("done", "default", "normal"): 3}}
+    app.store._clock_offset = 600.0
+    assert await app.store.heartbeat_worker(entry("jumped-1"), 30, counts) == {}
+    assert abs(app.store._clock_offset) < 5
+    assert (await activity(app, minutes=2)).of("default", "normal").totals.done == 3
+    app.store._clock_offset = -600.0
+    left = await app.store.remove_worker(
+        "jumped-1", {minute_of(time.time()): {"done:normal:default": 1}}
+    )
+    assert left == {}
+    assert (await activity(app, minutes=2)).of("default", "normal").totals.done == 4
+    assert await live_workers(app) == []
 
 
 async def test_an_entry_that_is_not_one_is_skipped(

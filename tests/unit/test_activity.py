@@ -16,6 +16,7 @@ from lockgate.activity import (
     KEEP_MINUTES,
     MINUTE,
     ActivityRecorder,
+    batches,
     bucket_of,
     counter_name,
     minute_of,
@@ -281,3 +282,17 @@ def test_the_activity_is_json_ready() -> None:
     assert [m["done"] for m in level["minutes"]] == [0, 3]
     assert level["minutes"][1]["start"] == datetime.fromtimestamp(last * MINUTE, UTC).isoformat()
     assert level["totals"]["wait_p99"] is not None
+
+
+def test_batches_carry_ages_on_the_worker_clock_and_minutes_guessed_on_the_server_one() -> None:
+    now = 1_000 * 60 + 20.5  # 20.5 s into the worker's minute 1000
+    counts = {998: {"done:normal:q": 1}, 1000: {"done:normal:q": 2}, 999: {}}
+    # The server's clock is 10 minutes ahead, as last seen.
+    early, current = batches(counts, now, offset=600.0)  # the empty minute is left out
+    assert (early.minute, current.minute) == (998, 1000)
+    # A past minute's counts are as old as its end at most; the current one's, now.
+    assert early.age_ms == round((now - (999 * 60 - 0.001)) * 1000)
+    assert current.age_ms == 0
+    # Candidates: the guessed server minute and one on each side.
+    assert current.first + 1 == 1010 and early.first + 1 == 1008
+    assert dict(current.counters) == {"done:normal:q": 2}

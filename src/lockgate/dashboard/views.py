@@ -7,7 +7,6 @@ paused queues :func:`lockgate.queues.paused`, dead letters :mod:`lockgate.deadle
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -150,7 +149,7 @@ async def overview(app: App) -> Overview:
         throughput_chart=Markup(chart),
         throughput_legend=legend(totals),
         wait_legend=legend([Series("p50", []), Series("p99", [])]),
-        now=time.time(),
+        now=recent.end.timestamp(),  # the server's clock, as the workers' times
     )
 
 

@@ -52,6 +52,9 @@ ScriptName = Literal[
     "peek_stream",
     "wake_workers",
     "beat",
+    "heartbeat_worker",
+    "leave_worker",
+    "server_time",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -94,6 +97,10 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "wake_workers": ALLOW_OOM,
     # A worker's liveness must be kept under OOM too: one small field per worker.
     "beat": ALLOW_OOM,
+    # The registry: a heartbeat, like the stream's, and a clean stop, which frees memory.
+    "heartbeat_worker": ALLOW_OOM,
+    "leave_worker": ALLOW_OOM,
+    "server_time": NO_WRITES,
 }
 INCLUDE = "--#include "
 PREFIX = "lockgate_"
