@@ -238,10 +238,10 @@ LIVENESS_ARGS = [30_000, 10_000]
 
 
 def serving_forever(client: Any, keys: Keys) -> str:
-    """Write ``keys``' liveness hash as if workers had beaten without a gap forever, none
+    """Write ``keys``' liveness set as if workers had beaten without a gap forever, none
     of them named: every worker counts as dead once its job is idle long enough (what
     the scripts that take jobs from others decided before liveness). Its key."""
-    client.hset(keys.liveness(), mapping={"~pulse": 10**13, "~since": 0})
+    client.zadd(keys.liveness(), {"~pulse": 10**13, "~since": 0})
     return keys.liveness()
 
 

@@ -396,7 +396,7 @@ class Consumer(Protocol):
 
     @property
     def liveness_keys(self) -> list[str]:
-        """The liveness hashes this worker's beats must reach (one per partition)."""
+        """The liveness sets this worker's beats must reach (one per partition)."""
 
     @property
     def client(self) -> AsyncClient:

@@ -172,7 +172,7 @@ class Keys:
         return f"{self.prefix}:worker:{name}"
 
     def liveness(self) -> str:
-        """Which workers are alive, on the server's clock (a hash: see
+        """Which workers are alive, on the server's clock (a sorted set: see
         ``lua/_liveness.lua``); one per partition, beside its streams."""
         return f"{self.prefix}:liveness"
 

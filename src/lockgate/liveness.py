@@ -45,12 +45,12 @@ SWEEP_AFTER_MS = 3_600_000  # a worker's record lapsed that long ago is removed
 
 
 class LivenessKeeper:
-    """Beats for one worker to its liveness hashes (one per partition).
+    """Beats for one worker to its liveness sets (one per partition).
 
     Args:
         url: the Redis URL (the keeper opens its own client on it).
         consumer: the worker's consumer name.
-        keys: the liveness hashes to beat to.
+        keys: the liveness sets to beat to.
         timing: lease, beat interval and gap tolerance.
         running: the ids of the jobs the worker runs now (for the log lines of a stall).
     """

@@ -282,7 +282,7 @@ class PartitionedConsumer:
 
     @property
     def liveness_keys(self) -> list[str]:
-        """Every partition's liveness hash: a worker beats to each."""
+        """Every partition's liveness set: a worker beats to each."""
         return [key for part in self._parts for key in part.liveness_keys]
 
     @property

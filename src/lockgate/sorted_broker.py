@@ -321,7 +321,7 @@ class SortedConsumer:
 
     @property
     def liveness_keys(self) -> list[str]:
-        """Where this worker's liveness beats go (the namespace's liveness hash)."""
+        """Where this worker's liveness beats go (the namespace's liveness set)."""
         return [self._keys.liveness()]
 
     @property

@@ -454,7 +454,7 @@ class StreamConsumer:
 
     @property
     def liveness_keys(self) -> list[str]:
-        """Where this worker's liveness beats go (its partition's liveness hash)."""
+        """Where this worker's liveness beats go (its partition's liveness set)."""
         return [self._keys.liveness()]
 
     def place(self, stream: str) -> tuple[str, int]:

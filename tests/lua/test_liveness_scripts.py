@@ -43,10 +43,10 @@ def test_the_first_beat_starts_a_quiet_period_and_later_beats_keep_the_worker_al
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
     assert beat(scripts, keys, "w1") == [-1, 1]  # nothing beat before: a gap
-    since = int(rclient.hget(keys.liveness(), "~since"))
+    since = int(rclient.zscore(keys.liveness(), "~since"))
     assert beat(scripts, keys, "w1") == [0, 0]
-    assert int(rclient.hget(keys.liveness(), "~since")) == since
-    alive_until = int(rclient.hget(keys.liveness(), "w1"))
+    assert int(rclient.zscore(keys.liveness(), "~since")) == since
+    alive_until = int(rclient.zscore(keys.liveness(), "w1"))
     assert 0 < alive_until - now_ms(rclient) <= LEASE_MS
 
 
@@ -54,11 +54,11 @@ def test_a_beat_after_a_silence_longer_than_the_gap_restarts_the_quiet_period(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
     beat(scripts, keys, "w1")
-    before = int(rclient.hget(keys.liveness(), "~since"))
+    before = int(rclient.zscore(keys.liveness(), "~since"))
     wait_until_sync(lambda: now_ms(rclient) - before > GAP_MS + LEASE_MS, message="silence")
     lapsed, gap = beat(scripts, keys, "w1")
     assert gap == 1 and lapsed > 0  # its own liveness lapsed too: an outage, not a death
-    assert int(rclient.hget(keys.liveness(), "~since")) > before
+    assert int(rclient.zscore(keys.liveness(), "~since")) > before
 
 
 def test_a_clean_stop_ends_the_workers_liveness_at_once(
@@ -66,15 +66,16 @@ def test_a_clean_stop_ends_the_workers_liveness_at_once(
 ) -> None:
     beat(scripts, keys, "w1")
     beat(scripts, keys, "w1", lease_ms=0)
-    assert int(rclient.hget(keys.liveness(), "w1")) <= now_ms(rclient)
+    assert int(rclient.zscore(keys.liveness(), "w1")) <= now_ms(rclient)
 
 
 def test_a_sweep_removes_records_of_workers_lapsed_long_ago(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    rclient.hset(keys.liveness(), mapping={"gone": 1, "recent": now_ms(rclient) - 10})
+    rclient.zadd(keys.liveness(), {"gone": 1, "recent": now_ms(rclient) - 10})
     run(scripts, "beat", [keys.liveness()], ["w1", LEASE_MS, GAP_MS, 60_000])
-    assert set(rclient.hkeys(keys.liveness())) == {b"recent", b"~since", b"~pulse", b"w1"}
+    members = set(rclient.zrange(keys.liveness(), 0, -1))
+    assert members == {b"recent", b"~since", b"~pulse", b"w1"}
 
 
 def keep_beating(scripts: SyncScripts, keys: Keys, *consumers: str) -> None:
@@ -147,7 +148,7 @@ def test_a_reclaimer_whose_own_beats_stalled_takes_nothing(
     enqueue(scripts, keys, ("a", "low", b"A"))
     keep_beating(scripts, keys, "dead", "rescuer")
     read(scripts, keys, 1, [0, 0, 1], consumer="dead")
-    rclient.hset(keys.liveness(), "~since", 0)  # serving for long, as far as it knows
+    rclient.zadd(keys.liveness(), {"~since": 0})  # serving for long, as far as it knows
     start = now_ms(rclient)
     wait_until_sync(lambda: now_ms(rclient) - start > LEASE_MS + GAP_MS, message="stall")
     assert reclaim(scripts, keys, "rescuer")[0] == 0

@@ -1,7 +1,8 @@
 -- _liveness.lua: a fragment, not a script. Included (--#include _liveness) by the scripts
 -- that take a job from another worker (reclaim_stream.lua, take_sorted.lua), so that a job
 -- is taken from its worker only when that worker is known dead, not merely silent.
--- The liveness hash (Keys.liveness, one per partition) holds, on the server's clock:
+-- The liveness set (Keys.liveness, one per partition: a sorted set, so that only commands
+-- of the README's ACL list are needed) scores, on the server's clock:
 --   <consumer>  the ms until which that worker is known alive (its liveness thread renews
 --               it, see beat.lua; a clean stop sets it to the stop's time)
 --   ~pulse      the ms of the last beat of any worker
@@ -15,8 +16,9 @@
 -- saw (a worker of an older release) counts as lapsed: its jobs are reclaimed as before,
 -- by their idle time alone.
 local function owner_dead(key, consumer, now, quiet, gap)
-  local f = redis.call('HMGET', key, '~pulse', '~since', consumer)
-  local pulse, since, alive_until = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+  local pulse = tonumber(redis.call('ZSCORE', key, '~pulse'))
+  local since = tonumber(redis.call('ZSCORE', key, '~since'))
+  local alive_until = tonumber(redis.call('ZSCORE', key, consumer))
   if not pulse or not since then return false end
   if now - pulse > gap or now - since < quiet then return false end
   return not alive_until or alive_until < now

@@ -1,6 +1,6 @@
 -- reclaim_stream.lua: take over one entry whose worker is known dead (see _liveness.lua)
 -- and report how often it has been delivered.
--- KEYS: [1] the partition's liveness hash, then the streams, tried in order
+-- KEYS: [1] the partition's liveness set, then the streams, tried in order
 -- ARGV: group, consumer, min idle ms, quiet ms, gap ms (see _liveness.lua), then entry ids
 --       this worker is still running or settling (its heartbeats lapsed, e.g. Redis was
 --       unreachable): never taken again

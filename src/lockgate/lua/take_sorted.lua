@@ -1,7 +1,7 @@
 -- take_sorted.lua: reserve the best-ranked jobs of a sorted-backend queue for a worker.
 -- KEYS: waiting, inflight, payloads, ranks, delayed, deliveries, owners, wake (a stream),
 --       the namespace's paused queues (Keys.paused: a sorted set of queue names), the
---       liveness hash (see _liveness.lua)
+--       liveness set (see _liveness.lua)
 -- ARGV: limit (free slots), lease in ms, consumer name, quiet ms, gap ms (see
 --       _liveness.lua), m, then m job ids this worker still
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
