@@ -16,9 +16,10 @@ import pytest
 
 from conftest import wait_until
 from lockgate import App
-from lockgate.broker import Consumer, Delivery, Settlement
+from lockgate.broker import Consumer, Delivery, Liveness, Settlement
 from lockgate.connections import async_client
 from lockgate.deadletter import list_dead, record
+from lockgate.liveness import LivenessKeeper
 from lockgate.outcome import DONE, Outcome, dead
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}
@@ -37,19 +38,30 @@ def app(request: pytest.FixtureRequest, make_app: Callable[..., App]) -> App:
 
 
 @pytest.fixture
-async def consumers(app: App) -> AsyncIterator[Callable[[str], Consumer]]:
-    """Consumers of the app's queue, each on its own client, as workers have them."""
+async def consumers(app: App) -> AsyncIterator[Callable[..., Consumer]]:
+    """Consumers of the app's queue, each on its own client, as workers have them, each
+    alive (its liveness kept by a keeper of its own, see lockgate.liveness) unless made
+    with ``alive=False``: a reader that died before it could say it lives."""
     made: list[Consumer] = []
+    keepers: list[LivenessKeeper] = []
 
-    def make(name: str) -> Consumer:
+    def make(name: str, *, alive: bool = True) -> Consumer:
         consumer = app.store.consumer(
             async_client(app.redis_url), queues=["default"], name=name,
             lease_seconds=LEASE, claims=None,
         )  # fmt: skip
         made.append(consumer)
+        if alive:
+            keeper = LivenessKeeper(
+                app.redis_url, name, consumer.liveness_keys, Liveness.of(LEASE), list
+            )
+            keeper.start()
+            keepers.append(keeper)
         return consumer
 
     yield make
+    for keeper in keepers:
+        await asyncio.to_thread(keeper.stop)
     for consumer in made:
         await consumer.close()
 
@@ -102,7 +114,7 @@ async def test_enqueue_counts_and_refuses_a_queued_id(app: App) -> None:
 
 
 async def test_read_takes_no_more_than_free_slots_in_fifo_order(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     work = app.tasks["work"]
     for n in range(5):
@@ -116,7 +128,7 @@ async def test_read_takes_no_more_than_free_slots_in_fifo_order(
     assert ids(await read(reader, 10)) == []
 
 
-async def test_higher_levels_are_read_first(app: App, consumers: Callable[[str], Consumer]) -> None:
+async def test_higher_levels_are_read_first(app: App, consumers: Callable[..., Consumer]) -> None:
     work = app.tasks["work"]
     await work.enqueue_async(1, job_id="low", priority="low")
     await work.enqueue_async(2, job_id="critical", priority="critical")
@@ -125,7 +137,7 @@ async def test_higher_levels_are_read_first(app: App, consumers: Callable[[str],
 
 
 async def test_done_removes_the_job_and_frees_its_id(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     work = app.tasks["work"]
     await work.enqueue_async(1, job_id="once")
@@ -137,7 +149,7 @@ async def test_done_removes_the_job_and_frees_its_id(
 
 
 async def test_a_retry_waits_its_delay_then_comes_back_as_the_next_attempt(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     work = app.tasks["work"]
     await work.enqueue_async(7, job_id="flaky")
@@ -154,7 +166,7 @@ async def test_a_retry_waits_its_delay_then_comes_back_as_the_next_attempt(
 
 
 async def test_dead_lettered_job_is_kept_with_its_reason(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     work = app.tasks["work"]
     await work.enqueue_async(3, job_id="doomed")
@@ -170,13 +182,13 @@ async def test_dead_lettered_job_is_kept_with_its_reason(
 
 
 async def test_a_dead_readers_job_goes_to_another_and_the_first_cannot_settle_it(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     """The zombie rule: once a job was handed to another reader, the first reader's late
     ack is refused, so the job is neither lost nor freed while it runs."""
     work = app.tasks["work"]
     await work.enqueue_async(5, job_id="orphan")
-    zombie, heir = consumers("zombie"), consumers("heir")
+    zombie, heir = consumers("zombie", alive=False), consumers("heir")
     (first,) = await read(zombie, 1)
     second = await wait_until(lambda: taken_back(heir), message="the job is taken back")
     assert second.job_id == "orphan"
@@ -188,7 +200,7 @@ async def test_a_dead_readers_job_goes_to_another_and_the_first_cannot_settle_it
 
 
 async def test_a_heartbeat_keeps_a_running_job_from_other_readers(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     work = app.tasks["work"]
     await work.enqueue_async(6, job_id="long")
@@ -204,7 +216,7 @@ async def test_a_heartbeat_keeps_a_running_job_from_other_readers(
 
 
 async def test_wait_for_work_returns_when_a_job_arrives(
-    app: App, consumers: Callable[[str], Consumer]
+    app: App, consumers: Callable[..., Consumer]
 ) -> None:
     reader = consumers("idle")
     assert await read(reader, 1) == []  # an empty read: the wait starts from here
@@ -216,9 +228,7 @@ async def test_wait_for_work_returns_when_a_job_arrives(
     assert ids(await read(reader, 1)) == ["wake"]
 
 
-async def test_forget_namespace_leaves_no_key(
-    app: App, consumers: Callable[[str], Consumer]
-) -> None:
+async def test_forget_namespace_leaves_no_key(app: App, consumers: Callable[..., Consumer]) -> None:
     await app.tasks["work"].enqueue_async(1, job_id="gone")
     await read(consumers("a"), 1)
     client, _ = await app.async_connection()
