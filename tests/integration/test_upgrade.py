@@ -331,7 +331,9 @@ async def test_sorted_jobs_queued_delayed_and_in_flight_under_0_1_each_run_once(
     v01_take_sorted(rclient, app, inflight, server_ms(rclient) - 1_000)
     assert not rclient.exists(q.owners)
     expected = ["old-critical:1:free", "old-delayed:1", "old-inflight:1:free", "old-queued:1"]
-    worker = worker_for(app, concurrency=4)
+    # The first worker of this release on the namespace takes nobody for dead before a
+    # whole visibility timeout of beats (lockgate.liveness): a short one, for the test.
+    worker = worker_for(app, concurrency=4, visibility_timeout=1.0)
     async with running(worker):
         await wait_until(lambda: len(runs(rclient, app)) >= len(expected))
         await wait_until(lambda: worker.processed == len(expected))
