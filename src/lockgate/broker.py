@@ -8,7 +8,6 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -21,11 +20,12 @@ from lockgate.connections import AsyncClient
 from lockgate.errors import BrokerError, SerializationError
 from lockgate.faults import translated
 from lockgate.keys import Keys
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(slots=True)

@@ -15,7 +15,6 @@ Redis is consulted first as a cache, and a done marker is refilled from the data
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -28,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
     from lockgate.app import App
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MAX_KEY_BYTES = 512
 DEFAULT_TTL = 86_400.0
@@ -152,6 +152,18 @@ class Claim:
             running in a rolling deploy skips the job too.
         legacy_scope: the task name that tags this claim's markers under ``legacy_key``:
             a marker tagged with another task does not count as done here.
+        older_key: the name lockgate 0.2 and 0.3 gave the same claim, joining its parts
+            with bare ``:`` (:meth:`lockgate.keys.Keys.older_job_claim_name`,
+            ``older_step_claim_name``): its done marker (bucketed, or 0.2's ``d:``
+            string) or live claim is honoured, so an upgrade never runs a finished job
+            or step again, but nothing is written there, so the ambiguity of those names
+            ends with the markers already written (at most the TTL they were written
+            with). Until then a marker under it also counts for the other claims that
+            joined to the same name (task ``a`` with job id ``b:c`` after task ``a:b``
+            with job id ``c`` ran under 0.3): the residual risk of the upgrade. With
+            ``App(legacy_markers=True)`` the claim is taken and marked under this name
+            instead (what 0.2 workers of a rolling deploy read; ambiguous as in 0.2) and
+            the unambiguous one is honoured.
         token: the owner token (default: a new random one); given for a claim that the
             worker's read took already.
         job_id: for the claim of an ``idempotent=True`` task's job: the job's id; the
@@ -176,6 +188,7 @@ class Claim:
         step: str | None = None,
         legacy_key: str | None = None,
         legacy_scope: str = "",
+        older_key: str | None = None,
         token: str | None = None,
         job_id: str | None = None,
     ) -> None:
@@ -192,7 +205,14 @@ class Claim:
         self.token = token or uuid.uuid4().hex
         self.lost = False
         # Read once: the claim and its settle agree on where and how markers are written.
-        self._redis_key, self.done_prefix = app.store.claim_place(key, job_id)
+        # A user claim with an older name is placed by it: both share one slot.
+        place = app.store.claim_place
+        self._redis_key, self.done_prefix = place(key, job_id, older_key)
+        self._other_key: str | None = None
+        if older_key is not None:
+            self._other_key = place(older_key, job_id, older_key)[0]
+            if app.legacy_markers:
+                self._redis_key, self._other_key = self._other_key, self._redis_key
         self._legacy_key = (
             app.store.claim_place(legacy_key, job_id)[0] if legacy_key is not None else None
         )
@@ -240,9 +260,11 @@ class Claim:
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
+        if self._other_key is not None:
+            keys.append(self._other_key)
         args: list[Arg] = [
             self.token, round(self.lease * 1000), self._legacy_scope, self.done_prefix,
-            int(self.legacy_markers),
+            int(self.legacy_markers), int(self._other_key is not None),
         ]  # fmt: skip
         return ScriptCall("idem_claim", keys, args)
 

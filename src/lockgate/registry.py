@@ -35,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 from lockgate.activity import ActivityRecorder
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
+from lockgate.logs import get_logger
 
 if TYPE_CHECKING:
     from lockgate.app import App
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 HEARTBEAT_EVERY = 2.0  # seconds between a worker's heartbeats (and activity flushes)
 EXPIRES_AFTER = 3 * HEARTBEAT_EVERY  # a worker that stopped heartbeating drops out then
 # Index entries this much past their expiry are removed: a margin for clock differences

@@ -12,7 +12,6 @@ A refusal that cannot heal (NOPERM, WRONGPASS) stops the worker with that error.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,13 @@ from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sy
 from lockgate.errors import LockgateError
 from lockgate.events import ALREADY_PROCESSED
 from lockgate.faults import Fault, classify
+from lockgate.logs import get_logger
 from lockgate.lua import ScriptCall
 from lockgate.outcome import dead
 from lockgate.policy import reconnect_delay
 from lockgate.runner import Ending
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 APPLY_TRIES = 5  # an abandoned run's own settle, from its thread
 
 

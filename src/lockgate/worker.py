@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -46,6 +45,7 @@ from lockgate.errors import AccessDenied, LockgateError
 from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
+from lockgate.logs import get_logger
 from lockgate.outcome import CANCELLED, dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.registry import Registry
@@ -53,7 +53,7 @@ from lockgate.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.scheduler import Scheduler, served
 from lockgate.settler import Settler
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 GATHER = 0.01  # seconds a partitioned worker's read may wait for more free slots
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler

@@ -76,9 +76,8 @@ async def test_idempotent_jobs_whose_task_and_id_join_alike_both_run(
         await wait_until(lambda: worker.processed == 1, message="a:b / c ran")
         task_a.enqueue(job_id="b:c")
         await wait_until(lambda: worker.processed == 2, message="a / b:c settled")
-    assert ran == [("a:b", "c"), ("a", "b:c")]
-    # Each is done under its own name: a duplicate of either is still skipped.
-    async with running(worker):
+        assert ran == [("a:b", "c"), ("a", "b:c")]
+        # Each is done under its own name: a duplicate of either is still skipped.
         task_ab.enqueue(job_id="c")
         task_a.enqueue(job_id="b:c")
         await wait_until(lambda: worker.processed == 4, message="duplicates settled")
