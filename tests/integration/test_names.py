@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from conftest import running, wait_until, worker_for
-from lockgate import AlreadyProcessed, App, current_job
+from lockgate import AlreadyProcessed, App, Task, current_job
 from lockgate.keys import Keys
 
 TTL_S = 3600
@@ -248,3 +248,35 @@ async def test_a_job_id_with_a_newline_stays_on_one_log_line(
         message = record.getMessage()
         assert "\n" not in message and "\r" not in message, message
     assert any("x\\nERROR" in r.getMessage() for r in about)
+
+
+async def test_with_legacy_markers_claims_go_under_the_old_name_and_both_names_count(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    """A rolling deploy from 0.2: workers with legacy_markers claim and mark under the old
+    name (0.2 workers read it); every worker honours both names."""
+    ran: list[tuple[bool, str]] = []
+
+    def declare(app: App) -> Task[[], None]:
+        @app.task(name="charge", idempotent=True, idempotency_ttl=TTL_S)
+        def charge() -> None:
+            ran.append((app.legacy_markers, current_job().job_id))
+
+        return charge
+
+    for legacy, job_id in [(True, "by-legacy"), (False, "by-new")]:
+        app = make_app(legacy_markers=legacy)
+        worker = worker_for(app, concurrency=1)
+        async with running(worker):
+            declare(app).enqueue(job_id=job_id)
+            await wait_until(lambda w=worker: w.processed == 1, message=f"{job_id} ran")
+    assert rclient.get(app.keys.claim(old_job_claim("charge", "by-legacy"))).startswith(b"d:")
+    assert not rclient.exists(app.keys.claim(old_job_claim("charge", "by-new")))
+    # Each done job, enqueued again, is skipped by a worker of the other kind.
+    for legacy, job_id in [(False, "by-legacy"), (True, "by-new")]:
+        app = make_app(legacy_markers=legacy)
+        worker = worker_for(app, concurrency=1)
+        async with running(worker):
+            declare(app).enqueue(job_id=job_id)
+            await wait_until(lambda w=worker: w.processed == 1, message=f"{job_id} settled")
+    assert ran == [(True, "by-legacy"), (False, "by-new")]

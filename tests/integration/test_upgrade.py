@@ -5,13 +5,14 @@ value as 0.1's code wrote it (``git show 85bc0e9:src/lockgate/...``: ``codec.py`
 job JSON, ``lua/enqueue_stream.lua``, ``lua/enqueue_sorted.lua``, ``lua/take_sorted.lua``
 and ``lua/idem_settle.lua`` for the keys and values), then runs the new worker on it:
 
-- 0.1 keyed the claim of an ``idempotent=True`` task's job ``idem:job:{id}`` (now
-  ``idem:job:{task}:{id}``): its done marker ``d:<token>`` still acknowledges the job
+- 0.1 keyed the claim of an ``idempotent=True`` task's job ``idem:job:{id}`` (0.2
+  ``idem:job:{task}:{id}``, now ``idem:job/{bytes}:{task}:{id}``; 0.2's names are tested
+  in ``test_names.py``): its done marker ``d:<token>`` still acknowledges the job
   without running it, and its live claim ``c:<token>`` still holds the job back, without
   a dead letter or a spent attempt, until it lapses; a job the new worker runs is marked
-  done in its bucket, and with ``App(legacy_markers=True)`` also under both names as the
-  older releases read them (under 0.1's tagged with the task), so 0.1 workers skip it
-  too; without, nothing is written under the 0.1 name;
+  done in its bucket, and with ``App(legacy_markers=True)`` (which then claims under 0.2's
+  name) also under both names as the older releases read them (under 0.1's tagged with
+  the task), so 0.1 workers skip it too; without, nothing is written under the 0.1 name;
 - queued, delayed and pending stream entries and sorted-backend jobs written by 0.1 (no
   ``owners`` entry, a ``wakeup`` list instead of the wake stream) each run exactly once;
 - a payload with fields this version does not know (a newer producer's) still runs.
@@ -166,10 +167,18 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
         job = current_job()
         write_run(
             app.keys.claim(Keys.legacy_job_claim_name(job.job_id)),
-            app.keys.claim(Keys.job_claim_name(job.task, job.job_id)),
+            app.keys.claim(claim_name(job.task, job.job_id, app.legacy_markers)),
         )
 
     return app
+
+
+def claim_name(task: str, job_id: str, legacy_markers: bool) -> str:
+    """The name a job's claim is taken under: with legacy_markers its 0.2 name, where 0.2
+    workers of a rolling deploy look (see ``Claim``'s ``older_key``)."""
+    if legacy_markers:
+        return Keys.older_job_claim_name(task, job_id)
+    return Keys.job_claim_name(task, job_id)
 
 
 def marked_done(
@@ -178,7 +187,7 @@ def marked_done(
     """The new worker marked the job done in its bucket. With legacy_markers also under its
     key as 0.2 did (``d:<token>``) and, tagged with the task, under the 0.1 name (so 0.1
     workers of a rolling deploy skip the job as well); without, neither is written."""
-    claim = keys.claim(Keys.job_claim_name(task, job_id))
+    claim = keys.claim(claim_name(task, job_id, legacy_markers))
     bucketed = rclient.zscore(*keys.done_marker(claim)) is not None
     marker = rclient.get(claim)
     legacy = rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id)))
