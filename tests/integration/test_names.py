@@ -20,7 +20,7 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import AlreadyProcessed, App, Task, current_job
-from lockgate.keys import Keys
+from lockgate.keys import Keys, done_marker_place
 
 TTL_S = 3600
 
@@ -39,18 +39,25 @@ def server_s(rclient: redis.Redis) -> int:
     return int(rclient.time()[0])
 
 
-def write_old_done_marker(rclient: redis.Redis, app: App, name: str) -> None:
+def write_old_done_marker(
+    rclient: redis.Redis, app: App, name: str, job_id: str | None = None
+) -> None:
     """A done marker as 0.3 wrote it: its claim key's member in its bucket, scored by the
-    expiry in server seconds (``lua/_done_marker.lua``), the bucket expiring with it."""
-    bucket, member = app.keys.done_marker(app.keys.claim(name))
+    expiry in server seconds (``lua/_done_marker.lua``), the bucket expiring with it; the
+    claim placed as 0.3 placed it (a job's in its partition, a step's by its name)."""
+    claim, prefix = app.store.layout.claim_place(name, job_id)
+    bucket, member = done_marker_place(prefix, claim)
     expiry = server_s(rclient) + TTL_S
     rclient.zadd(bucket, {member: expiry})
     rclient.expireat(bucket, expiry)
 
 
-def write_old_string_marker(rclient: redis.Redis, app: App, name: str) -> None:
+def write_old_string_marker(
+    rclient: redis.Redis, app: App, name: str, job_id: str | None = None
+) -> None:
     """A done marker as 0.2 wrote it: ``d:<token>`` under the claim key."""
-    rclient.set(app.keys.claim(name), f"d:{uuid.uuid4().hex}", ex=TTL_S)
+    claim, _ = app.store.layout.claim_place(name, job_id)
+    rclient.set(claim, f"d:{uuid.uuid4().hex}", ex=TTL_S)
 
 
 # --- the collisions, run by a real worker ------------------------------------------------
@@ -142,11 +149,12 @@ def test_the_new_names_differ_for_every_split_of_one_joined_string() -> None:
 # --- the upgrade: what 0.2 and 0.3 wrote under the old names is honoured ------------------
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 @pytest.mark.parametrize("written", ["bucket", "string"])
 async def test_a_job_done_under_its_old_name_is_not_run_again(
-    make_app: Callable[..., App], rclient: redis.Redis, written: str
+    make_app: Callable[..., App], rclient: redis.Redis, written: str, partitions: int
 ) -> None:
-    app = make_app()
+    app = make_app(partitions=partitions)
     ran: list[str] = []
 
     @app.task(name="billing.charge", idempotent=True, idempotency_ttl=TTL_S)
@@ -154,7 +162,7 @@ async def test_a_job_done_under_its_old_name_is_not_run_again(
         ran.append(current_job().job_id)
 
     write = write_old_done_marker if written == "bucket" else write_old_string_marker
-    write(rclient, app, old_job_claim("billing.charge", "order-1"))
+    write(rclient, app, old_job_claim("billing.charge", "order-1"), "order-1")
     worker = worker_for(app, concurrency=1)
     async with running(worker):
         charge.enqueue(job_id="order-1")
@@ -162,10 +170,12 @@ async def test_a_job_done_under_its_old_name_is_not_run_again(
         await wait_until(lambda: worker.processed == 2, message="both settled")
     assert ran == ["order-2"]
     # New writes go under the new name only; the old marker is left to expire.
-    new = app.keys.claim(Keys.job_claim_name("billing.charge", "order-2"))
-    assert rclient.zscore(*app.keys.done_marker(new)) is not None
-    old = app.keys.claim(old_job_claim("billing.charge", "order-2"))
-    assert rclient.zscore(*app.keys.done_marker(old)) is None and not rclient.exists(old)
+    layout = app.store.layout
+    new = layout.claim_place(Keys.job_claim_name("billing.charge", "order-2"), "order-2")
+    assert rclient.zscore(*done_marker_place(new[1], new[0])) is not None
+    old = layout.claim_place(old_job_claim("billing.charge", "order-2"), "order-2")
+    assert rclient.zscore(*done_marker_place(old[1], old[0])) is None
+    assert not rclient.exists(old[0])
 
 
 async def test_a_live_claim_under_the_old_name_holds_the_job_back_until_it_lapses(
@@ -189,11 +199,12 @@ async def test_a_live_claim_under_the_old_name_holds_the_job_back_until_it_lapse
     assert worker.dead == 0
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 @pytest.mark.parametrize("written", ["bucket", "string"])
 async def test_a_step_done_under_its_old_name_is_not_run_again(
-    make_app: Callable[..., App], rclient: redis.Redis, written: str
+    make_app: Callable[..., App], rclient: redis.Redis, written: str, partitions: int
 ) -> None:
-    app = make_app()
+    app = make_app(partitions=partitions)
     ran: list[str] = []
 
     @app.task(name="order", idempotency_ttl=TTL_S)
