@@ -69,7 +69,10 @@ class App:
             and 0.2 workers read them, for a rolling upgrade while such workers still run;
             about 250 B of Redis memory per marker (480 B for an ``idempotent=True`` job)
             instead of about 45 B; turn it off once none runs. Markers those releases
-            wrote are honoured either way.
+            wrote are honoured either way. Job and step claims and ``incr_once`` guards
+            are then also mirrored under their 0.2 names (``job:<task>:<id>``, which two
+            jobs can share: task ``a`` with id ``b:c``, task ``a:b`` with id ``c``),
+            tagged so that a marker counts only for its own job here.
         status_ttl: seconds (or a timedelta) an ended job's status (done, dead, cancelled,
             with its times and attempts) stays readable by ``App.job``, then reads
             ``unknown``: about 300 B of Redis memory per job ended in that window. None

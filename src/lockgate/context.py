@@ -74,10 +74,10 @@ class JobContext:
 
         if self.app is None:
             raise LockgateError("job.step() needs a job run by a lockgate worker")
+        key = Keys.step_claim_name(self.task, self.job_id, name)
         return Claim(
-            self.app, Keys.step_claim_name(self.task, self.job_id, name),
-            ttl=self.idempotency_ttl if ttl is None else ttl, step=name,
-            older_key=Keys.older_step_claim_name(self.task, self.job_id, name),
+            self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name,
+            older_key=Keys.older_step_claim_name(self.task, self.job_id, name), legacy_scope=key,
         )  # fmt: skip
 
 

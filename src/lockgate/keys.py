@@ -106,8 +106,8 @@ class Keys:
         """The same claim as lockgate 0.2 and 0.3 named it, ``job:<task>:<job id>``: task
         ``a`` with id ``b:c`` and task ``a:b`` with id ``c`` shared it. Read as a fallback
         (a job done or running under it is not run again), written only with
-        ``App(legacy_markers=True)`` (then in place of :meth:`job_claim_name`, for 0.2
-        workers of a rolling deploy)."""
+        ``App(legacy_markers=True)``: a mirrored claim and a done marker tagged with the
+        task, for 0.2 workers of a rolling deploy (see ``Claim``'s ``older_key``)."""
         return f"job:{task}:{job_id}"
 
     @staticmethod
@@ -144,7 +144,8 @@ class Keys:
     def older_request(self, name: str, request_id: str) -> str:
         """The same guard as 0.2 and 0.3 named it (counter ``a`` with request ``b:c`` and
         counter ``a:b`` with request ``c`` shared it): a request guarded under it is not
-        counted again; written only with ``App(legacy_markers=True)``."""
+        counted again; written only with ``App(legacy_markers=True)``, tagged with the
+        counter (see ``lua/incr_once.lua``)."""
         return f"{self.prefix}:request:{name}:{request_id}"
 
     def cooldown(self, key: str) -> str:

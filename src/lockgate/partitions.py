@@ -157,14 +157,12 @@ class Layout:
         keys = self._own(f"n.{name}")
         return keys.counter(name), keys.request(name, "")
 
-    def request_keys(self, name: str, request_id: str, legacy: bool) -> tuple[str, str]:
-        """The guard of ``request_id`` on counter ``name`` and its other name, read only
-        (``lua/incr_once.lua``): the unambiguous :meth:`Keys.request` and the 0.2/0.3
-        :meth:`Keys.older_request`, swapped with ``legacy`` (``App(legacy_markers=True)``:
-        guard where 0.2 producers look). Both share the counter's tag."""
+    def request_keys(self, name: str, request_id: str) -> tuple[str, str]:
+        """The guard of ``request_id`` on counter ``name`` (:meth:`Keys.request`) and its
+        0.2/0.3 name (:meth:`Keys.older_request`, see ``lua/incr_once.lua``), under the
+        counter's tag."""
         keys = self._own(f"n.{name}")
-        new, older = keys.request(name, request_id), keys.older_request(name, request_id)
-        return (older, new) if legacy else (new, older)
+        return keys.request(name, request_id), keys.older_request(name, request_id)
 
     def cooldown(self, key: str) -> str:
         """The key of a cooldown on ``key``."""

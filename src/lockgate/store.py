@@ -331,10 +331,12 @@ class Store:
         self, name: str, request_id: str, amount: int, ttl_ms: int, legacy: bool = False
     ) -> tuple[bool, int]:
         """Add ``amount`` to counter ``name`` unless ``request_id`` was counted (under the
-        guard's either name, see :meth:`lockgate.partitions.Layout.request_keys`)."""
+        guard's either name, see :meth:`lockgate.partitions.Layout.request_keys`); with
+        ``legacy`` (``App(legacy_markers=True)``) also guard it where 0.2 looks."""
         counter = self.layout.counter_keys(name)[0]
-        guard, other = self.layout.request_keys(name, request_id, legacy)
-        call = ScriptCall("incr_once", [guard, counter, other], [ttl_ms, amount])
+        guard, older = self.layout.request_keys(name, request_id)
+        args: list[Arg] = [ttl_ms, amount, int(legacy), f"t:{name}"]
+        call = ScriptCall("incr_once", [guard, counter, older], args)
         counted, value = self.run([call])[0]
         return bool(counted), int(value)
 

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from conftest import running, wait_until, worker_for
-from lockgate import AlreadyProcessed, App, Task, current_job
+from lockgate import AlreadyProcessed, App, current_job
 from lockgate.keys import Keys, done_marker_place
 
 TTL_S = 3600
@@ -261,33 +261,57 @@ async def test_a_job_id_with_a_newline_stays_on_one_log_line(
     assert any("x\\nERROR" in r.getMessage() for r in about)
 
 
-async def test_with_legacy_markers_claims_go_under_the_old_name_and_both_names_count(
+async def test_with_legacy_markers_the_old_name_gets_a_tagged_marker_that_counts_only_for_its_job(
     make_app: Callable[..., App], rclient: redis.Redis
 ) -> None:
-    """A rolling deploy from 0.2: workers with legacy_markers claim and mark under the old
-    name (0.2 workers read it); every worker honours both names."""
-    ran: list[tuple[bool, str]] = []
+    """A rolling deploy from 0.2 (App(legacy_markers=True)): a job's done marker is also
+    written under its 0.2 name, where 0.2 workers look, tagged with its task, so the other
+    job of that name (task ``a`` with id ``b:c``, task ``a:b`` with id ``c``) still runs."""
+    app = make_app(legacy_markers=True)
+    ran: list[tuple[str, str]] = []
 
-    def declare(app: App) -> Task[[], None]:
-        @app.task(name="charge", idempotent=True, idempotency_ttl=TTL_S)
-        def charge() -> None:
-            ran.append((app.legacy_markers, current_job().job_id))
+    @app.task(name="a", idempotent=True, idempotency_ttl=TTL_S)
+    def task_a() -> None:
+        ran.append(("a", current_job().job_id))
 
-        return charge
+    @app.task(name="a:b", idempotent=True, idempotency_ttl=TTL_S)
+    def task_ab() -> None:
+        ran.append(("a:b", current_job().job_id))
 
-    for legacy, job_id in [(True, "by-legacy"), (False, "by-new")]:
-        app = make_app(legacy_markers=legacy)
-        worker = worker_for(app, concurrency=1)
-        async with running(worker):
-            declare(app).enqueue(job_id=job_id)
-            await wait_until(lambda w=worker: w.processed == 1, message=f"{job_id} ran")
-    assert rclient.get(app.keys.claim(old_job_claim("charge", "by-legacy"))).startswith(b"d:")
-    assert not rclient.exists(app.keys.claim(old_job_claim("charge", "by-new")))
-    # Each done job, enqueued again, is skipped by a worker of the other kind.
-    for legacy, job_id in [(False, "by-legacy"), (True, "by-new")]:
-        app = make_app(legacy_markers=legacy)
-        worker = worker_for(app, concurrency=1)
-        async with running(worker):
-            declare(app).enqueue(job_id=job_id)
-            await wait_until(lambda w=worker: w.processed == 1, message=f"{job_id} settled")
-    assert ran == [(True, "by-legacy"), (False, "by-new")]
+    old = app.keys.claim(old_job_claim("a", "b:c"))
+    worker = worker_for(app, concurrency=1)
+    async with running(worker):
+        task_ab.enqueue(job_id="c")
+        await wait_until(lambda: worker.processed == 1, message="a:b / c ran")
+        marker = rclient.get(old)
+        assert marker is not None and marker.startswith(b"d:") and marker.endswith(b":t:a:b")
+        task_a.enqueue(job_id="b:c")
+        await wait_until(lambda: worker.processed == 2, message="a / b:c settled")
+        assert (rclient.get(old) or b"").endswith(b":t:a")  # the last to run tags it
+        task_ab.enqueue(job_id="c")  # a duplicate: skipped by its bucketed marker
+        await wait_until(lambda: worker.processed == 3, message="the duplicate settled")
+    assert ran == [("a:b", "c"), ("a", "b:c")]
+    # A worker without legacy_markers honours the tagged marker for its own job only.
+    plain = make_app()
+    plain_ran: list[str] = []
+
+    @plain.task(name="a", idempotent=True, idempotency_ttl=TTL_S)
+    def plain_a() -> None:
+        plain_ran.append(current_job().job_id)
+
+    rclient.delete(app.keys.done_marker(app.keys.claim(Keys.job_claim_name("a", "b:c")))[0])
+    worker = worker_for(plain, concurrency=1)
+    async with running(worker):
+        plain_a.enqueue(job_id="b:c")  # done under the old name only, tagged for a
+        await wait_until(lambda: worker.processed == 1, message="settled")
+    assert plain_ran == []
+
+
+def test_with_legacy_markers_a_request_guard_is_also_written_under_its_old_name_tagged(
+    make_app: Callable[..., App], rclient: redis.Redis
+) -> None:
+    app = make_app(legacy_markers=True)
+    assert app.incr_once("a:b", "c") == (True, 1)
+    assert rclient.get(f"{app.keys.prefix}:request:a:b:c") == b"t:a:b"  # for 0.2 producers
+    assert app.incr_once("a", "b:c") == (True, 1)  # the tag is another counter's
+    assert (app.incr_once("a:b", "c"), app.incr_once("a", "b:c")) == ((False, 1), (False, 1))

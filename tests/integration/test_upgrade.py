@@ -10,9 +10,9 @@ and ``lua/idem_settle.lua`` for the keys and values), then runs the new worker o
   in ``test_names.py``): its done marker ``d:<token>`` still acknowledges the job
   without running it, and its live claim ``c:<token>`` still holds the job back, without
   a dead letter or a spent attempt, until it lapses; a job the new worker runs is marked
-  done in its bucket, and with ``App(legacy_markers=True)`` (which then claims under 0.2's
-  name) also under both names as the older releases read them (under 0.1's tagged with
-  the task), so 0.1 workers skip it too; without, nothing is written under the 0.1 name;
+  done in its bucket, and with ``App(legacy_markers=True)`` also under 0.2's and 0.1's
+  names as those releases read them (tagged with the task), so their workers skip it
+  too; without, nothing is written under the older names;
 - queued, delayed and pending stream entries and sorted-backend jobs written by 0.1 (no
   ``owners`` entry, a ``wakeup`` list instead of the wake stream) each run exactly once;
 - a payload with fields this version does not know (a newer producer's) still runs.
@@ -167,37 +167,31 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
         job = current_job()
         write_run(
             app.keys.claim(Keys.legacy_job_claim_name(job.job_id)),
-            app.keys.claim(claim_name(job.task, job.job_id, app.legacy_markers)),
+            app.keys.claim(Keys.job_claim_name(job.task, job.job_id)),
         )
 
     return app
 
 
-def claim_name(task: str, job_id: str, legacy_markers: bool) -> str:
-    """The name a job's claim is taken under: with legacy_markers its 0.2 name, where 0.2
-    workers of a rolling deploy look (see ``Claim``'s ``older_key``)."""
-    if legacy_markers:
-        return Keys.older_job_claim_name(task, job_id)
-    return Keys.job_claim_name(task, job_id)
-
-
 def marked_done(
     rclient: redis.Redis, keys: Keys, task: str, job_id: str, legacy_markers: bool
 ) -> bool:
-    """The new worker marked the job done in its bucket. With legacy_markers also under its
-    key as 0.2 did (``d:<token>``) and, tagged with the task, under the 0.1 name (so 0.1
-    workers of a rolling deploy skip the job as well); without, neither is written."""
-    claim = keys.claim(claim_name(task, job_id, legacy_markers))
+    """The new worker marked the job done in its bucket. With legacy_markers also, tagged
+    with the task, under its 0.2 name and its 0.1 name (so 0.2 and 0.1 workers of a
+    rolling deploy skip the job as well); without, neither is written."""
+    claim = keys.claim(Keys.job_claim_name(task, job_id))
     bucketed = rclient.zscore(*keys.done_marker(claim)) is not None
-    marker = rclient.get(claim)
+    older = rclient.get(keys.claim(Keys.older_job_claim_name(task, job_id)))
     legacy = rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id)))
     if not legacy_markers:
-        return bucketed and marker is None and legacy is None
+        return bucketed and older is None and legacy is None
     return (
         bucketed
-        and marker is not None
-        and marker.startswith(b"d:")
-        and legacy == marker + b":t:" + task.encode()
+        and not rclient.exists(claim)
+        and older is not None
+        and older.startswith(b"d:")
+        and older.endswith(b":t:" + task.encode())
+        and legacy == older
     )
 
 

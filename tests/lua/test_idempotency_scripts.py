@@ -364,12 +364,14 @@ def test_a_read_claims_a_job_unless_its_bucketed_marker_says_it_is_done(
     settle(scripts, keys, done, OLD, "done", HOUR_MS)
     states = read_with_claims(scripts, keys, rclient, ["done-1", "new-1"], mirror)
     assert states == {"done-1": 0, "new-1": 1}
-    # legacy_markers claim under the 0.2/0.3 name, where 0.2 workers look.
-    name = Keys.older_job_claim_name if mirror else Keys.job_claim_name
-    new = keys.claim(name("charge", "new-1"))
+    new = keys.claim(Keys.job_claim_name("charge", "new-1"))
     assert rclient.get(new).startswith(b"c:tok:")
-    mirrored = rclient.get(keys.claim(Keys.legacy_job_claim_name("new-1")))
-    assert mirrored == (rclient.get(new) if mirror else None)
+    # legacy_markers mirror the claim under the 0.1 and 0.2 names, where those look.
+    for older in (
+        Keys.legacy_job_claim_name("new-1"),
+        Keys.older_job_claim_name("charge", "new-1"),
+    ):
+        assert rclient.get(keys.claim(older)) == (rclient.get(new) if mirror else None)
     assert not rclient.exists(keys.claim(Keys.legacy_job_claim_name("done-1")))
 
 
@@ -451,12 +453,22 @@ def test_incr_once_honours_the_guard_under_its_other_name(
 ) -> None:
     counter = keys.counter("views")
     guard, other = keys.request("views", "r1"), keys.older_request("views", "r1")
+
+    def incr(mirror: bool = False) -> list[int]:
+        args = [60_000, 1, int(mirror), "t:views"]
+        return list(run(scripts, "incr_once", [guard, counter, other], args))
+
     rclient.set(other, "1", px=60_000)  # counted by 0.3
-    assert list(run(scripts, "incr_once", [guard, counter, other], [60_000, 1])) == [0, 0]
+    assert incr() == [0, 0]
     assert not rclient.exists(guard)
-    rclient.delete(other)
-    assert list(run(scripts, "incr_once", [guard, counter, other], [60_000, 1])) == [1, 1]
-    assert rclient.exists(guard) and not rclient.exists(other)
+    rclient.set(other, "t:views:2", px=60_000)  # tagged for counter views:2 (request r1)
+    assert incr() == [1, 1]
+    assert rclient.exists(guard) and rclient.get(other) == b"t:views:2"  # left as it was
+    rclient.delete(guard, other)
+    assert incr(mirror=True) == [1, 2]  # legacy_markers: guarded where 0.2 looks, tagged
+    assert rclient.get(other) == b"t:views"
+    rclient.delete(guard)
+    assert incr() == [0, 2]  # its own tag counts
 
 
 def test_a_read_honours_a_jobs_0_3_done_marker(

@@ -3,9 +3,9 @@
 --       claims were keyed by job id alone), [last] when ARGV[6] is '1': the claim's other
 --       name (its 0.2/0.3 name, see _take_claim.lua); done markers and live claims under
 --       both are honoured
--- ARGV: owner token, lease in ms, scope (the task name tagging markers under the 0.1 name),
---       the done-marker buckets' prefix, mirror ('1': also claim the 0.1 name, for 0.1
---       workers), other ('1': the last key is the other name)
+-- ARGV: owner token, lease in ms, scope (what tags this claim's markers under the older
+--       names), the done-marker buckets' prefix, mirror ('1': also claim the older names,
+--       for older workers), other ('1': the last key is the other name)
 -- Touches and returns: see _take_claim.lua ({1, 0} claimed; {0, 0} already done;
 -- {-1, ms left on the holder's lease} busy); reads the claim's done-marker buckets.
 --#include _take_claim
