@@ -186,7 +186,8 @@ def test_task_names_of_letters_digits_and_dot_dash_underscore_colon_are_accepted
 
 
 @pytest.mark.parametrize(
-    "name", ["t<svg onload=alert(3)>", "", "A" * 201, "charge card", "charge\ncard", "café"]
+    "name",
+    ["t<svg onload=alert(3)>", "", "A" * 201, "charge card", "charge\ncard", "charge\n", "café"],
 )
 def test_any_other_task_name_is_a_one_line_config_error_naming_it_and_the_rule(
     app: App, name: str
