@@ -9,8 +9,13 @@ carriage return, an escape, ...) gets it escaped the way ``repr`` shows it (``\\
 handler. A filter on each logger rather than a wrapper on each argument: nothing to
 forget at a new log call, and ``%r``, ``%s`` and exceptions alike are covered. (A filter
 on the ``lockgate`` logger alone would not do: Python runs a logger's filters only for
-records logged on it, not for those its children propagate.) Tracebacks are the
-formatter's (``exc_info``), untouched.
+records logged on it, not for those its children propagate.)
+
+A traceback is the exception: it follows its line, as ``log.exception`` prints one (the
+formatter's, from ``exc_info``, untouched). A task's traceback that a line reports (a
+dead letter's) goes the same way: passed as ``extra=traceback_extra(text)``, the filter
+makes it the record's ``exc_text``, which every formatter prints after the line (the JSON
+one as its ``exception`` field).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import re
 # C0 and C1 controls, DEL, and the two Unicode line breaks some viewers honour.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TRACEBACK = "lockgate_traceback"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -41,7 +47,15 @@ class OneLine(logging.Filter):
         message = record.getMessage()
         if _CONTROL.search(message):
             record.msg, record.args = one_line(message), ()
+        traceback = record.__dict__.pop(_TRACEBACK, "")
+        if traceback and not record.exc_info and not record.exc_text:
+            record.exc_text = traceback.rstrip()
         return True
+
+
+def traceback_extra(traceback: str | None) -> dict[str, str]:
+    """The ``extra`` of a log call that reports a traceback (see the module docstring)."""
+    return {_TRACEBACK: traceback} if traceback else {}
 
 
 _FILTER = OneLine()

@@ -45,7 +45,7 @@ from lockgate.errors import AccessDenied, LockgateError
 from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
-from lockgate.logs import get_logger
+from lockgate.logs import get_logger, traceback_extra
 from lockgate.outcome import CANCELLED, dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.registry import Registry
@@ -386,11 +386,12 @@ class Worker:
                 return
         if ending.outcome.kind == "dead" and delivery.job is None:
             log.error("entry %s of %s -> dead-letter queue: %s%s", delivery.ref,
-                      delivery.source, ending.outcome.reason,
-                      _error_text(ending, delivery))  # fmt: skip
+                      delivery.source, ending.outcome.reason, _error_text(ending, delivery),
+                      extra=_traceback(ending))  # fmt: skip
         elif ending.outcome.kind == "dead":
             log.error("job %s -> dead-letter queue: %s%s", delivery.job_id,
-                      ending.outcome.reason, _error_text(ending, delivery))  # fmt: skip
+                      ending.outcome.reason, _error_text(ending, delivery),
+                      extra=_traceback(ending))  # fmt: skip
         elif ending.outcome.kind == "retry" and ending.outcome.error is not None:
             job = delivery.job
             log.warning("job %s (%s) attempt %d failed: %s: %s; retry in %.2fs",
@@ -554,10 +555,14 @@ class Worker:
             waiter.cancel()
 
 
+def _traceback(ending: Ending) -> dict[str, str]:
+    """The traceback of a dead letter's error, printed after its line (see lockgate.logs)."""
+    error = ending.outcome.error
+    return traceback_extra(error.traceback if error is not None else None)
+
+
 def _error_text(ending: Ending, delivery: Delivery) -> str:
     error = ending.outcome.error
-    if error is not None and error.traceback:
-        return f" ({error.type}: {error.message})\n{error.traceback.rstrip()}"
     if error is not None:
         return f" ({error.type}: {error.message})"
     return f" ({delivery.error})" if delivery.error else ""

@@ -259,6 +259,11 @@ async def test_a_job_id_with_a_newline_stays_on_one_log_line(
         message = record.getMessage()
         assert "\n" not in message and "\r" not in message, message
     assert any("x\\nERROR" in r.getMessage() for r in about)
+    # The dead letter's traceback still follows its line, as an exception's does.
+    dead = [r for r in about if "dead-letter queue" in r.getMessage()]
+    assert dead and all("ValueError: boom" in (r.exc_text or "") for r in dead)
+    formatted = logging.Formatter("%(levelname)s %(message)s").format(dead[0])
+    assert formatted.splitlines()[1] == "Traceback (most recent call last):"
 
 
 async def test_with_legacy_markers_the_old_name_gets_a_tagged_marker_that_counts_only_for_its_job(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lockgate
-from lockgate.logs import OneLine, get_logger, one_line
+from lockgate.logs import OneLine, get_logger, one_line, traceback_extra
 
 
 def test_control_characters_are_escaped_as_repr_shows_them() -> None:
@@ -53,3 +53,20 @@ def test_every_lockgate_module_logs_through_the_filter() -> None:
     direct = [p.name for p in sources if "getLogger(__name__)" in p.read_text() or
               "getLogger(JOBS_LOGGER)" in p.read_text()]  # fmt: skip
     assert direct == []
+
+
+def test_a_traceback_passed_as_extra_follows_the_line_as_an_exceptions_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = get_logger("lockgate.test_logs")
+    tb = 'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: a\nb\n'
+    with caplog.at_level(logging.INFO, logger="lockgate.test_logs"):
+        log.error("job %s failed", "x\ny", extra=traceback_extra(tb))
+        log.error("job %s failed", "z", extra=traceback_extra(None))
+    first, second = caplog.records
+    assert first.getMessage() == "job x\\ny failed"
+    assert first.exc_text == tb.rstrip()
+    assert not hasattr(first, "lockgate_traceback")
+    text = logging.Formatter("%(message)s").format(first)
+    assert text == "job x\\ny failed\n" + tb.rstrip()
+    assert second.exc_text is None
