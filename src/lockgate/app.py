@@ -17,7 +17,15 @@ import msgspec
 from lockgate import codec
 from lockgate.broker import EnqueuePlan, Outgoing
 from lockgate.codec import Job
-from lockgate.config import Backend, Levels, check_name, resolve_redis_url, seconds
+from lockgate.config import (
+    Backend,
+    Levels,
+    check_name,
+    check_task_name,
+    default_task_name,
+    resolve_redis_url,
+    seconds,
+)
 from lockgate.connections import AsyncClient, SyncClient
 from lockgate.cron import Schedule, check_no_arguments
 from lockgate.eager import EagerRuns
@@ -61,7 +69,10 @@ class App:
             and 0.2 workers read them, for a rolling upgrade while such workers still run;
             about 250 B of Redis memory per marker (480 B for an ``idempotent=True`` job)
             instead of about 45 B; turn it off once none runs. Markers those releases
-            wrote are honoured either way.
+            wrote are honoured either way. Job and step claims and ``incr_once`` guards
+            are then also mirrored under their 0.2 names (``job:<task>:<id>``, which two
+            jobs can share: task ``a`` with id ``b:c``, task ``a:b`` with id ``c``),
+            tagged so that a marker counts only for its own job here.
         status_ttl: seconds (or a timedelta) an ended job's status (done, dead, cancelled,
             with its times and attempts) stays readable by ``App.job``, then reads
             ``unknown``: about 300 B of Redis memory per job ended in that window. None
@@ -243,7 +254,9 @@ class App:
         Args:
             priority: its level; defaults to the middle level.
             queue: its queue.
-            name: its name on the wire; defaults to the function's name.
+            name: its name on the wire: 1-200 ASCII letters, digits, ``_``, ``.``, ``-``
+                or ``:`` (``billing.charge_card``); defaults to the function's name, each
+                other character made ``_``.
             retries: how often a job that raised ``RetryableError`` (or a ``retry_on``
                 type, or ran over ``timeout``) is retried before it is dead-lettered.
             backoff: a [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
@@ -267,8 +280,8 @@ class App:
                 None: not kept (the status alone is, for ``App(status_ttl=...)``).
 
         Raises:
-            ConfigError: unknown level, bad queue name, a name already registered, a bad
-                retry option, an idempotency TTL under twice the retry window, an
+            ConfigError: unknown level, bad queue or task name, a name already registered,
+                a bad retry option, an idempotency TTL under twice the retry window, an
                 expiry that is not positive or is shorter than the first retry's delay,
                 or a ``rate_limit`` not of the form ``"N/s"``, ``"N/m"``, ``"N/h"``.
         """
@@ -285,7 +298,7 @@ class App:
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             level = priority or self.default_priority
             self.levels.index(level)
-            task_name = name or func.__name__
+            task_name = check_task_name(name) if name is not None else default_task_name(func)
             if task_name in self.tasks:
                 raise ConfigError(f"a task named {task_name!r} is already registered")
             if idempotent:  # the job's own done marker must outlast its retries
@@ -355,7 +368,7 @@ class App:
         """
 
         def register(func: Callable[[], R]) -> Task[[], R]:
-            task_name = name or func.__name__
+            task_name = check_task_name(name) if name is not None else default_task_name(func)
             schedule = Schedule.parse(task_name, expression, tz)
             check_no_arguments(func, task_name)
             registered = self.task(
@@ -426,7 +439,7 @@ class App:
         """
         check_key(request_id)
         guard_ttl = max(1, round(seconds(ttl, "ttl") * 1000))
-        return self.store.incr_once(name, request_id, int(amount), guard_ttl)
+        return self.store.incr_once(name, request_id, int(amount), guard_ttl, self.legacy_markers)
 
     def counter(self, name: str) -> int:
         """The current value of a counter kept by [incr_once][lockgate.App.incr_once]."""

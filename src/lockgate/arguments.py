@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import reprlib
 import types
 import typing
@@ -42,8 +41,9 @@ import msgspec
 
 from lockgate.codec import MAX_DEPTH, depth_within, nesting_depth
 from lockgate.errors import InvalidArguments, SerializationError
+from lockgate.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 NoneType = type(None)
 # The scalars JSON keeps as they are (a float only when finite: NaN and infinities

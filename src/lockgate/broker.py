@@ -8,7 +8,6 @@ calls (used by sync and async producers alike) and a consumer used by one worker
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -21,11 +20,12 @@ from lockgate.connections import AsyncClient
 from lockgate.errors import BrokerError, SerializationError
 from lockgate.faults import translated
 from lockgate.keys import Keys
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.outcome import Outcome
 
 ENQUEUE_BATCH = 500
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 # A worker's liveness beats: at least this often, and at most (a short lease in tests).
 LONGEST_BEAT = 1.0
 SHORTEST_BEAT = 0.05
@@ -162,10 +162,12 @@ class Settlement:
         claim_ttl: seconds the done marker lasts.
         legacy_claim_key: the claim's 0.1 name (``idempotent=True`` jobs) when the
             markers are also written there (``App(legacy_markers=True)``), else None.
-        legacy_done: the done marker to write there as well (a 0.1 worker skips the job).
+        older_claim_key: the same for its 0.2/0.3 name.
+        legacy_done: the done marker to write there as well (an older worker skips the
+            job).
         done_prefix: the done-marker buckets' prefix (``Keys.done_bucket_prefix``).
         legacy_markers: also leave the string marker ``d:<token>`` under the claim key
-            (what lockgate 0.2 workers read).
+            (what lockgate 0.2 workers read of a claim whose name has not changed).
         record: dead: the dead letter's fields.
         trim: dead: [dead letters kept at most, their max age ms], 0 for no limit.
         final: done and dead: the job's final record (``b""``: none is kept).
@@ -180,6 +182,7 @@ class Settlement:
     claim_token: str = ""
     claim_ttl: float = 0.0
     legacy_claim_key: str | None = None
+    older_claim_key: str | None = None
     legacy_done: str = ""
     done_prefix: str = ""
     legacy_markers: bool = False
@@ -191,16 +194,15 @@ class Settlement:
     result_ttl_ms: int = 0
 
     def claim_keys(self) -> list[str]:
-        """The claim's key and its 0.1 name, when there are ones (the last KEYS)."""
+        """The claim's key and its older names, when there are ones (the last KEYS)."""
         if self.claim_key is None:
             return []
-        if self.legacy_claim_key is None:
-            return [self.claim_key]
-        return [self.claim_key, self.legacy_claim_key]
+        older = (self.legacy_claim_key, self.older_claim_key)
+        return [self.claim_key, *(key for key in older if key is not None)]
 
     def claim_args(self) -> list[Arg]:
-        """Claim token, action, done-marker TTL ms, 0.1 done marker, done-marker buckets'
-        prefix, string marker flag (both backends)."""
+        """Claim token, action, done-marker TTL ms, older names' done marker, done-marker
+        buckets' prefix, string marker flag (both backends)."""
         if self.claim_key is None:
             return ["", "keep", 0, "", "", 0]
         ttl = max(1, round(self.claim_ttl * 1000))

@@ -32,12 +32,13 @@ from lockgate.errors import (
 )
 from lockgate.inspect import LevelStats, StatsReport, stats_report
 from lockgate.joblog import JobLog, use_json
+from lockgate.logs import get_logger
 from lockgate.tables import Column, fit, render
 from lockgate.worker import Worker
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 EXIT_USAGE = 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

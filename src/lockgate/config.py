@@ -40,11 +40,44 @@ def seconds(value: float | timedelta, what: str) -> float:
 
 def check_name(value: str, what: str) -> str:
     """Validate a namespace, queue or level name (it becomes part of Redis keys)."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ConfigError(
             f"{what} {value!r} must be 1-64 characters of letters, digits, '_', '.' or '-'"
         )
     return value
+
+
+MAX_TASK_NAME = 200
+_TASK_NAME = re.compile(
+    rf"[A-Za-z0-9_.:\-]{{1,{MAX_TASK_NAME}}}"
+)  # fullmatch ("$" passes a last "\n")
+_NOT_IN_TASK_NAME = re.compile(r"[^A-Za-z0-9_.:\-]")
+
+
+def check_task_name(value: str) -> str:
+    """Validate a task name: it goes into Redis keys, log lines and the dashboard.
+
+    Raises:
+        ConfigError: not 1-200 ASCII letters, digits, ``_``, ``.``, ``-`` or ``:``
+            (dotted Celery-style names fit), in one line naming the bad name.
+    """
+    if isinstance(value, str) and _TASK_NAME.fullmatch(value):
+        return value
+    shown = repr(value)
+    if isinstance(value, str) and len(value) > 60:
+        shown = f"{value[:60]!r}... ({len(value)} characters)"
+    raise ConfigError(
+        f"task name {shown} must be 1-{MAX_TASK_NAME} characters of ASCII letters, digits, "
+        "'_', '.', '-' or ':'"
+    )
+
+
+def default_task_name(func: object) -> str:
+    """The name of a task declared without one: the function's ``__name__`` with each
+    character a task name cannot hold made ``_`` (a lambda is ``_lambda_``), cut to 200
+    characters. A nested function's ``__name__`` has no ``<locals>`` (its qualname has)."""
+    name = _NOT_IN_TASK_NAME.sub("_", str(getattr(func, "__name__", "") or "task"))
+    return name[:MAX_TASK_NAME]
 
 
 def resolve_redis_url(url: str | None) -> str:

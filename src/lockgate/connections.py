@@ -14,7 +14,6 @@ offer: it is sized for the concurrency instead.
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import threading
 import time
@@ -38,6 +37,7 @@ from redis.retry import Retry
 from lockgate.addresses import Address, masked, parse_address
 from lockgate.errors import ConfigError, ConnectionFailed
 from lockgate.faults import translated
+from lockgate.logs import get_logger
 from lockgate.packing import with_hiredis_packing
 from lockgate.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
 
@@ -64,7 +64,7 @@ SYNC_MAX_CONNECTIONS = 512
 DEFAULT_MAX_CONNECTIONS = 100
 NOT_REDIS = "is this a Redis server?"
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # Whether a one-host URL names a cluster node, as found by its first probe in this process.
 _in_cluster_mode: dict[str, bool] = {}

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from lockgate.errors import LockgateError
+from lockgate.keys import Keys
 
 if TYPE_CHECKING:
     from lockgate.app import App
@@ -73,8 +74,11 @@ class JobContext:
 
         if self.app is None:
             raise LockgateError("job.step() needs a job run by a lockgate worker")
-        key = f"step:{self.task}:{self.job_id}:{name}"
-        return Claim(self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name)
+        key = Keys.step_claim_name(self.task, self.job_id, name)
+        return Claim(
+            self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name,
+            older_key=Keys.older_step_claim_name(self.task, self.job_id, name), legacy_scope=key,
+        )  # fmt: skip
 
 
 _current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)

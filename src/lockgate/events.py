@@ -10,14 +10,15 @@ logged and never stops the worker or its jobs.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from lockgate.broker import Delivery
     from lockgate.runner import Ending
 
-log = logging.getLogger(__name__)
+from lockgate.logs import get_logger
+
+log = get_logger(__name__)
 
 # The reason of an ending whose job ran before: acknowledged without running again.
 ALREADY_PROCESSED = "already processed"

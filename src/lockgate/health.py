@@ -7,13 +7,13 @@ the ``metrics`` extra. What it serves is put together in :mod:`lockgate.metrics`
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from urllib.parse import urlparse
 
 from lockgate.errors import ConfigError, MissingExtra
+from lockgate.logs import get_logger
 
 try:
     from prometheus_client.exposition import MetricsHandler
@@ -21,7 +21,7 @@ try:
 except ImportError as e:  # a core install: prometheus_client comes with the metrics extra
     raise MissingExtra("lockgate.health", "metrics", "prometheus_client") from e
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 BIND_ALL = "0.0.0.0"  # as prometheus_client's start_http_server: scraped from outside
 

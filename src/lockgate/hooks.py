@@ -22,15 +22,15 @@ worker's heartbeats wait for it.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lockgate.errors import ConfigError, StartupFailed
+from lockgate.logs import get_logger
 
 Hook = Callable[..., Any]
 H = TypeVar("H", bound=Hook)
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def _name(hook: Hook) -> str:

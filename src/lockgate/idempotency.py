@@ -15,7 +15,6 @@ Redis is consulted first as a cache, and a done marker is refilled from the data
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -28,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
     from lockgate.app import App
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MAX_KEY_BYTES = 512
 DEFAULT_TTL = 86_400.0
@@ -161,8 +161,23 @@ class Claim:
             ``App(legacy_markers=True)`` the claim is also mirrored there and a done
             marker written there (tagged with ``legacy_scope``), so a 0.1 worker still
             running in a rolling deploy skips the job too.
-        legacy_scope: the task name that tags this claim's markers under ``legacy_key``:
-            a marker tagged with another task does not count as done here.
+        legacy_scope: what tags this claim's markers under its older names
+            (``legacy_key``, ``older_key``), naming it unambiguously: the task name for
+            a job's claim, the step's own claim name for a step. A marker there tagged
+            with another scope does not count as done here.
+        older_key: the name lockgate 0.2 and 0.3 gave the same claim, joining its parts
+            with bare ``:`` (:meth:`lockgate.keys.Keys.older_job_claim_name`,
+            ``older_step_claim_name``): its done marker (bucketed, or 0.2's ``d:``
+            string) or live claim is honoured, so an upgrade never runs a finished job
+            or step again. Nothing is written there but, with
+            ``App(legacy_markers=True)``, a mirrored claim and a done marker tagged with
+            ``legacy_scope`` (what 0.2 workers of a rolling deploy read; the tag keeps
+            it from counting for another claim of that name). So the ambiguity of those
+            names ends with the untagged markers 0.2 and 0.3 wrote (at most the TTL
+            they were written with, a day by default): until then such a marker also
+            counts for any other claim that joined to the same name (task ``a`` with job
+            id ``b:c`` after task ``a:b`` ran job ``c`` under 0.3), the residual risk of
+            the upgrade.
         token: the owner token (default: a new random one); given for a claim that the
             worker's read took already.
         job_id: for the claim of an ``idempotent=True`` task's job: the job's id; the
@@ -187,6 +202,7 @@ class Claim:
         step: str | None = None,
         legacy_key: str | None = None,
         legacy_scope: str = "",
+        older_key: str | None = None,
         token: str | None = None,
         job_id: str | None = None,
     ) -> None:
@@ -203,7 +219,10 @@ class Claim:
         self.token = token or uuid.uuid4().hex
         self.lost = False
         # Read once: the claim and its settle agree on where and how markers are written.
-        self._redis_key, self.done_prefix = app.store.claim_place(key, job_id)
+        # A user claim with an older name is placed by it: both share one slot.
+        place = app.store.claim_place
+        self._redis_key, self.done_prefix = place(key, job_id, older_key)
+        self._older_key = None if older_key is None else place(older_key, job_id, older_key)[0]
         self._legacy_key = (
             app.store.claim_place(legacy_key, job_id)[0] if legacy_key is not None else None
         )
@@ -221,11 +240,24 @@ class Claim:
         ``App(legacy_markers=True)``, else None."""
         return self._legacy_key if self.legacy_markers else None
 
+    @property
+    def older_write_key(self) -> str | None:
+        """The 0.2/0.3 name that this claim is mirrored and marked done under: only with
+        ``App(legacy_markers=True)``, else None (it is read either way)."""
+        return self._older_key if self.legacy_markers else None
+
+    @property
+    def string_markers(self) -> bool:
+        """Whether settling leaves ``d:<token>`` under the claim key itself, as 0.2 read
+        a claim whose name has not changed since (a user claim): with
+        ``App(legacy_markers=True)`` and no older name (which 0.2 reads instead)."""
+        return self.legacy_markers and self._older_key is None
+
     def legacy_done_value(self) -> str:
-        """The done marker written under the 0.1 name ('' when none is): 0.1 reads any
-        ``d:`` value as done, this release reads the ``:t:`` tag and counts it only for
-        the same task."""
-        if self.legacy_write_key is None:
+        """The done marker written under the older names ('' when none is): 0.1 and 0.2
+        read any ``d:`` value as done, this release reads the ``:t:`` tag and counts it
+        only for the same scope."""
+        if self.legacy_write_key is None and self.older_write_key is None:
             return ""
         return f"d:{self.token}:t:{self._legacy_scope}"
 
@@ -238,11 +270,10 @@ class Claim:
         """The script call that finishes ('done', 'release') or renews this claim."""
         ms = max(1, round(duration * 1000))
         keys = [self._redis_key]
-        if self.legacy_write_key is not None:
-            keys.append(self.legacy_write_key)
+        keys += [k for k in (self.legacy_write_key, self.older_write_key) if k is not None]
         args: list[Arg] = [
             self.token, action, ms, self.legacy_done_value(), self.done_prefix,
-            int(self.legacy_markers),
+            int(self.string_markers),
         ]  # fmt: skip
         return ScriptCall("idem_settle", keys, args)
 
@@ -251,9 +282,11 @@ class Claim:
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
+        if self._older_key is not None:
+            keys.append(self._older_key)
         args: list[Arg] = [
             self.token, round(self.lease * 1000), self._legacy_scope, self.done_prefix,
-            int(self.legacy_markers),
+            int(self.legacy_markers), int(self._older_key is not None),
         ]  # fmt: skip
         return ScriptCall("idem_claim", keys, args)
 

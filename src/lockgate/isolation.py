@@ -53,7 +53,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import gc
-import logging
 import math
 import os
 import select
@@ -68,9 +67,10 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from lockgate.errors import ConfigError
+from lockgate.logs import get_logger
 from lockgate.orphans import orphan_guard
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 EXIT_WORK_RAISED = 70  # sysexits' EX_SOFTWARE: the child's work raised (traceback on stderr)
 EXIT_PARENT_GONE = 71  # the worker died while the child was being made

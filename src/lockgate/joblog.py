@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from lockgate.events import ALREADY_PROCESSED
+from lockgate.logs import get_logger
 
 if TYPE_CHECKING:
     from lockgate.app import App
@@ -113,7 +114,7 @@ class JobLog:
 
     def __init__(self, app: App) -> None:
         self._app = app
-        self._log = logging.getLogger(JOBS_LOGGER)
+        self._log = get_logger(JOBS_LOGGER)
 
     def enable(self) -> JobLog:
         """Let the job lines through whatever the root logger's level (``--log-jobs``)."""

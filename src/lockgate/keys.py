@@ -34,6 +34,18 @@ def done_marker_place(prefix: str, claim_key: str) -> tuple[str, str]:
     return prefix + digest[:DONE_BUCKET_DIGITS], member
 
 
+def joined(kind: str, *parts: str) -> str:
+    """A name built from several user strings that no other tuple of strings shares:
+    ``<kind>/`` then each part but the last as ``<its UTF-8 length>:<part>:``, then the
+    last part as it is (``joined("job", "a:b", "c")`` is ``job/3:a:b:c``, ``joined("job",
+    "a", "b:c")`` is ``job/1:a:b:c``). Read left to right, a length says where its part
+    ends, so a ``:`` inside a part cannot move the boundary; the ``/`` after the kind
+    keeps every such name apart from the ``<kind>:...`` names that older releases joined
+    with bare colons (which stay readable, see :meth:`Keys.older_job_claim_name`)."""
+    head = "".join(f"{len(p.encode('utf-8', 'surrogatepass'))}:{p}:" for p in parts[:-1])
+    return f"{kind}/{head}{parts[-1]}"
+
+
 @dataclass(frozen=True)
 class Keys:
     """Key names for one namespace (or one partition of it: ``tag``, see
@@ -85,7 +97,17 @@ class Keys:
     @staticmethod
     def job_claim_name(task: str, job_id: str) -> str:
         """The idempotency key of an ``idempotent=True`` task's job (its Redis key is
-        :meth:`claim` of it): one per task and job id."""
+        :meth:`claim` of it): one per task and job id, ``job/<bytes>:<task>:<job id>``
+        (see :func:`joined`; ``lua/_read_claim.lua`` builds the same)."""
+        return joined("job", task, job_id)
+
+    @staticmethod
+    def older_job_claim_name(task: str, job_id: str) -> str:
+        """The same claim as lockgate 0.2 and 0.3 named it, ``job:<task>:<job id>``: task
+        ``a`` with id ``b:c`` and task ``a:b`` with id ``c`` shared it. Read as a fallback
+        (a job done or running under it is not run again), written only with
+        ``App(legacy_markers=True)``: a mirrored claim and a done marker tagged with the
+        task, for 0.2 workers of a rolling deploy (see ``Claim``'s ``older_key``)."""
         return f"job:{task}:{job_id}"
 
     @staticmethod
@@ -93,6 +115,18 @@ class Keys:
         """The same claim as lockgate 0.1 named it, by job id alone (still honoured; also
         written, for 0.1 workers in a rolling deploy, with ``App(legacy_markers=True)``)."""
         return f"job:{job_id}"
+
+    @staticmethod
+    def step_claim_name(task: str, job_id: str, step: str) -> str:
+        """The idempotency key of one step of a job (``job.step(name)``):
+        ``step/<bytes>:<task>:<bytes>:<job id>:<step>`` (see :func:`joined`)."""
+        return joined("step", task, job_id, step)
+
+    @staticmethod
+    def older_step_claim_name(task: str, job_id: str, step: str) -> str:
+        """The same step's claim as 0.2 and 0.3 named it, ``step:<task>:<job id>:<step>``
+        (ambiguous as :meth:`older_job_claim_name` is, and honoured the same way)."""
+        return f"step:{task}:{job_id}:{step}"
 
     def wake(self) -> str:
         """A short stream XADDed when a delayed job or retry is scheduled: idle workers block
@@ -104,7 +138,14 @@ class Keys:
         return f"{self.prefix}:counter:{name}"
 
     def request(self, name: str, request_id: str) -> str:
-        """The guard of one request id on one counter."""
+        """The guard of one request id on one counter (see :func:`joined`)."""
+        return f"{self.prefix}:{joined('request', name, request_id)}"
+
+    def older_request(self, name: str, request_id: str) -> str:
+        """The same guard as 0.2 and 0.3 named it (counter ``a`` with request ``b:c`` and
+        counter ``a:b`` with request ``c`` shared it): a request guarded under it is not
+        counted again; written only with ``App(legacy_markers=True)``, tagged with the
+        counter (see ``lua/incr_once.lua``)."""
         return f"{self.prefix}:request:{name}:{request_id}"
 
     def cooldown(self, key: str) -> str:

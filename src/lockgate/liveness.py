@@ -34,9 +34,10 @@ from lockgate.broker import Liveness
 from lockgate.connections import SyncClient, sync_client
 from lockgate.errors import LockgateError
 from lockgate.faults import translated
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall, SyncScripts
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 STALL_AFTER = 1.0  # seconds without a tick of the event loop that are logged as a stall
 RETRY_AFTER = 0.1  # seconds before a failed beat is sent again (capped by the beat)
 LOG_EVERY = 10.0  # seconds between log lines of beats that keep failing

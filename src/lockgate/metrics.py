@@ -56,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import glob
-import logging
 import os
 import shutil
 import tempfile
@@ -67,6 +66,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from lockgate.errors import ConfigError, LockgateError, MissingExtra
+from lockgate.logs import get_logger
 
 try:
     import prometheus_client
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from lockgate.worker import Worker
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_METRIC = "lockgate_workers_ready"

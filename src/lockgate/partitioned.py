@@ -22,7 +22,6 @@ node.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections import Counter
@@ -35,6 +34,7 @@ from lockgate.connections import AsyncClient
 from lockgate.errors import LockgateError
 from lockgate.faults import translated
 from lockgate.keys import Keys
+from lockgate.logs import get_logger
 from lockgate.lua import AsyncScripts, ScriptCall
 from lockgate.policy import spread_read
 from lockgate.stream_broker import Read, StreamConsumer
@@ -46,7 +46,7 @@ WAKEUPS_MAX = 64
 # jobs run out); a strict policy's precedence holds as of the last count.
 COUNT_EVERY = 0.01
 LOG_EVERY = 10.0  # seconds between two warnings of partition calls that failed
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def wakeup_call(keys: Keys, counts: Mapping[str, int]) -> ScriptCall:

@@ -125,13 +125,18 @@ class Layout:
         """The position of a partition's keys in :attr:`parts`."""
         return self.parts.index(keys)
 
-    def claim_place(self, key: str, job_id: str | None = None) -> tuple[str, str]:
+    def claim_place(
+        self, key: str, job_id: str | None = None, place: str | None = None
+    ) -> tuple[str, str]:
         """The Redis key of the claim on ``key`` and its done markers' bucket prefix.
 
         Args:
             key: the idempotency key.
             job_id: for the claim of an ``idempotent=True`` task's job: the job's id, whose
                 partition the claim lives in (its settle writes the marker with the ack).
+            place: hash this name instead of ``key`` for a user claim's tag: a step's
+                claim is placed by its 0.2/0.3 name, so the two names share one slot
+                and one script reads both (see :meth:`Keys.older_step_claim_name`).
 
         Returns:
             (claim key, done prefix). A prefix ending in ``:`` gets the claim's bucket
@@ -143,7 +148,7 @@ class Layout:
         if job_id is not None:
             keys = self.for_job(job_id)
             return keys.claim(key), keys.done_bucket_prefix
-        digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()
+        digest = hashlib.sha1((place or key).encode("utf-8", "surrogatepass")).hexdigest()
         keys = Keys(self.namespace, f"{self.namespace}{SEPARATOR}c.{digest[:CLAIM_TAG_DIGITS]}")
         return keys.claim(key), keys.done_bucket_prefix.rstrip(":")
 
@@ -151,6 +156,13 @@ class Layout:
         """Counter ``name``'s key and the prefix of its request guards (one tag)."""
         keys = self._own(f"n.{name}")
         return keys.counter(name), keys.request(name, "")
+
+    def request_keys(self, name: str, request_id: str) -> tuple[str, str]:
+        """The guard of ``request_id`` on counter ``name`` (:meth:`Keys.request`) and its
+        0.2/0.3 name (:meth:`Keys.older_request`, see ``lua/incr_once.lua``), under the
+        counter's tag."""
+        keys = self._own(f"n.{name}")
+        return keys.request(name, request_id), keys.older_request(name, request_id)
 
     def cooldown(self, key: str) -> str:
         """The key of a cooldown on ``key``."""

@@ -41,13 +41,14 @@ from typing import TYPE_CHECKING, Any
 from lockgate.activity import CANDIDATES, KEEP_MINUTES, MINUTE, ActivityRecorder, Batch, Counts
 from lockgate.errors import LockgateError
 from lockgate.faults import classify
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall
 
 if TYPE_CHECKING:
     from lockgate.app import App
     from lockgate.keys import Keys
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 HEARTBEAT_EVERY = 2.0  # seconds between a worker's heartbeats (and activity flushes)
 EXPIRES_AFTER = 3 * HEARTBEAT_EVERY  # a worker that stopped heartbeating drops out then
 # Index entries this much past their expiry (server clock) are removed by the next

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from lockgate.errors import (
 from lockgate.events import ALREADY_PROCESSED
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
+from lockgate.logs import get_logger
 from lockgate.outcome import (
     CANCELLED,
     DONE,
@@ -60,7 +60,7 @@ from lockgate.ratelimit import Rate
 from lockgate.status import encode_result
 from lockgate.task import Task
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # A claim that could not be taken because Redis did not answer: look again soon.
 CLAIM_RETRY = 0.5
@@ -286,8 +286,8 @@ class JobRunner:
         return Claim(
             self.app, Keys.job_claim_name(task.name, job.id), ttl=task.idempotency_ttl,
             lease=self.config.claim_lease_seconds,
-            legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name, token=token,
-            job_id=job.id,
+            legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name,
+            older_key=Keys.older_job_claim_name(task.name, job.id), token=token, job_id=job.id,
         )  # fmt: skip
 
     async def _claim(

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from lockgate.app import App
 from lockgate.cron import Schedule, stamp
+from lockgate.logs import get_logger
 from lockgate.task import EnqueueResult, Message
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 MAX_SLEEP = 60.0  # seconds: the longest sleep between looks at the clock
 WAKE_MARGIN = 0.001  # seconds past a tick to wake, so that the tick is due when looked at
 

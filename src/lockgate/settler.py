@@ -12,7 +12,6 @@ A refusal that cannot heal (NOPERM, WRONGPASS) stops the worker with that error.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,13 @@ from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sy
 from lockgate.errors import LockgateError
 from lockgate.events import ALREADY_PROCESSED
 from lockgate.faults import Fault, classify
+from lockgate.logs import get_logger
 from lockgate.lua import ScriptCall
 from lockgate.outcome import dead
 from lockgate.policy import reconnect_delay
 from lockgate.runner import Ending
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 APPLY_TRIES = 5  # an abandoned run's own settle, from its thread
 
 
@@ -55,9 +55,10 @@ def settlement(app: App, ending: Ending) -> Settlement:
         claim_token=claim.token if claim is not None else "",
         claim_ttl=claim.ttl if claim is not None else 0.0,
         legacy_claim_key=claim.legacy_write_key if claim is not None else None,
+        older_claim_key=claim.older_write_key if claim is not None else None,
         legacy_done=claim.legacy_done_value() if claim is not None else "",
         done_prefix=claim.done_prefix if claim is not None else "",
-        legacy_markers=claim.legacy_markers if claim is not None else False,
+        legacy_markers=claim.string_markers if claim is not None else False,
         record=record,
         trim=deadletter.trim_args(app) if outcome.kind == "dead" else (0, 0),
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,

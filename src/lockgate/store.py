@@ -12,7 +12,6 @@ letters and counts.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +33,7 @@ from lockgate.dead_store import PURGE_CHUNK, DeadLetters
 from lockgate.errors import ConfigError, LockgateError
 from lockgate.faults import translated
 from lockgate.keys import GROUP
+from lockgate.logs import get_logger
 from lockgate.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.partitioned import WAKEUPS_MAX, wakeup_call
 from lockgate.partitions import Layout, partition_of
@@ -45,7 +45,7 @@ from lockgate.stream_broker import StreamBroker
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).
 CANCEL_FLAG_MS = 3_600_000
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 MOVED = "moved"  # a job's marker changed between the read and the script: read again
 
 
@@ -333,15 +333,23 @@ class Store:
 
     # claims and counters
 
-    def claim_place(self, key: str, job_id: str | None = None) -> tuple[str, str]:
+    def claim_place(
+        self, key: str, job_id: str | None = None, place: str | None = None
+    ) -> tuple[str, str]:
         """The Redis key of the idempotency claim on ``key`` and its done markers' prefix
         (see :meth:`lockgate.partitions.Layout.claim_place`)."""
-        return self.layout.claim_place(key, job_id)
+        return self.layout.claim_place(key, job_id, place)
 
-    def incr_once(self, name: str, request_id: str, amount: int, ttl_ms: int) -> tuple[bool, int]:
-        """Add ``amount`` to counter ``name`` unless ``request_id`` was counted."""
-        counter, requests = self.layout.counter_keys(name)
-        call = ScriptCall("incr_once", [requests + request_id, counter], [ttl_ms, amount])
+    def incr_once(
+        self, name: str, request_id: str, amount: int, ttl_ms: int, legacy: bool = False
+    ) -> tuple[bool, int]:
+        """Add ``amount`` to counter ``name`` unless ``request_id`` was counted (under the
+        guard's either name, see :meth:`lockgate.partitions.Layout.request_keys`); with
+        ``legacy`` (``App(legacy_markers=True)``) also guard it where 0.2 looks."""
+        counter = self.layout.counter_keys(name)[0]
+        guard, older = self.layout.request_keys(name, request_id)
+        args: list[Arg] = [ttl_ms, amount, int(legacy), f"t:{name}"]
+        call = ScriptCall("incr_once", [guard, counter, older], args)
         counted, value = self.run([call])[0]
         return bool(counted), int(value)
 

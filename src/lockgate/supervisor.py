@@ -25,7 +25,6 @@ starts children, watches them and passes signals on.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
@@ -36,9 +35,10 @@ from dataclasses import dataclass
 from types import FrameType
 
 from lockgate.errors import ConfigError
+from lockgate.logs import get_logger
 from lockgate.orphans import orphan_guard
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 EXIT_CONFIG_ERROR = 2  # a worker's exit code for a configuration that cannot work
 EXIT_SUPERVISOR_GONE = 71  # the supervisor died while the child was being started

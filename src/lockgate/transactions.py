@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import logging
 import os
 import threading
 import time
@@ -58,12 +57,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lockgate.errors import BrokerError, ConfigError, DatabaseError, LockgateError, MissingExtra
 from lockgate.faults import classify
+from lockgate.logs import get_logger
 
 if TYPE_CHECKING:
     from lockgate.app import App
     from lockgate.task import Message
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 FIRST_POLL = 0.002  # seconds from a call (or a poll) to the next poll; doubling...
 MAX_POLL = 0.1  # ...up to this while a transaction stays open

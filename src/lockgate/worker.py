@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -47,6 +46,7 @@ from lockgate.events import Watchers
 from lockgate.faults import classify
 from lockgate.intake import IntakeLimit, sample_lag
 from lockgate.liveness import LivenessKeeper
+from lockgate.logs import get_logger, traceback_extra
 from lockgate.outcome import CANCELLED, dead
 from lockgate.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.registry import Registry
@@ -54,7 +54,7 @@ from lockgate.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.scheduler import Scheduler, served
 from lockgate.settler import Settler
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 GATHER = 0.01  # seconds a partitioned worker's read may wait for more free slots
 FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
@@ -416,11 +416,12 @@ class Worker:
                 return
         if ending.outcome.kind == "dead" and delivery.job is None:
             log.error("entry %s of %s -> dead-letter queue: %s%s", delivery.ref,
-                      delivery.source, ending.outcome.reason,
-                      _error_text(ending, delivery))  # fmt: skip
+                      delivery.source, ending.outcome.reason, _error_text(ending, delivery),
+                      extra=_traceback(ending))  # fmt: skip
         elif ending.outcome.kind == "dead":
             log.error("job %s -> dead-letter queue: %s%s", delivery.job_id,
-                      ending.outcome.reason, _error_text(ending, delivery))  # fmt: skip
+                      ending.outcome.reason, _error_text(ending, delivery),
+                      extra=_traceback(ending))  # fmt: skip
         elif ending.outcome.kind == "retry" and ending.outcome.error is not None:
             job = delivery.job
             log.warning("job %s (%s) attempt %d failed: %s: %s; retry in %.2fs",
@@ -596,10 +597,14 @@ class Worker:
             waiter.cancel()
 
 
+def _traceback(ending: Ending) -> dict[str, str]:
+    """The traceback of a dead letter's error, printed after its line (see lockgate.logs)."""
+    error = ending.outcome.error
+    return traceback_extra(error.traceback if error is not None else None)
+
+
 def _error_text(ending: Ending, delivery: Delivery) -> str:
     error = ending.outcome.error
-    if error is not None and error.traceback:
-        return f" ({error.type}: {error.message})\n{error.traceback.rstrip()}"
     if error is not None:
         return f" ({error.type}: {error.message})"
     return f" ({delivery.error})" if delivery.error else ""

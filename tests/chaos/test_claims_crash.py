@@ -25,7 +25,7 @@ from conftest import delete_namespace, job_ended, wait_until_sync
 from lockgate import AlreadyProcessed, App, ClaimBusy, ConnectionFailed
 from lockgate.codec import encode
 from lockgate.embedded import EmbeddedServer
-from lockgate.keys import GROUP
+from lockgate.keys import GROUP, Keys
 from lockgate.postgres import TABLE, init_schema, is_claimed
 
 pytestmark = pytest.mark.chaos
@@ -93,7 +93,7 @@ def test_an_idempotent_job_whose_worker_was_killed_runs_again_and_completes_once
 
     message = complete_order.message("A1", job_id="order-A1")
     app.enqueue_many([message])
-    claim_key = app.keys.claim("job:complete_order:order-A1")
+    claim_key = app.keys.claim(Keys.job_claim_name("complete_order", "order-A1"))
 
     first = worker(spawn)
     wait_until_sync(

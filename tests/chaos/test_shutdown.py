@@ -23,6 +23,7 @@ import redis
 
 from conftest import job_ended, wait_until_sync
 from lockgate import App
+from lockgate.keys import Keys
 
 pytestmark = pytest.mark.chaos
 
@@ -85,7 +86,7 @@ def test_sigterm_past_the_grace_period_keeps_the_claim_and_settles_when_the_run_
     def pay(order_id: str) -> None: ...
 
     pay.enqueue("A1", job_id="pay-A1")
-    claim_key = app.keys.claim("job:pay:pay-A1")
+    claim_key = app.keys.claim(Keys.job_claim_name("pay", "pay-A1"))
     first = spawn(grace=0.3, visibility=1.0)
     wait_until_sync(lambda: started_by(rclient, namespace), message="the payment started")
     first.popen.send_signal(signal.SIGTERM)
@@ -117,7 +118,7 @@ def test_a_second_sigint_exits_at_once_and_the_job_is_redelivered_after_the_leas
     def pay(order_id: str) -> None: ...
 
     pay.enqueue("A2", job_id="pay-A2")
-    claim_key = app.keys.claim("job:pay:pay-A2")
+    claim_key = app.keys.claim(Keys.job_claim_name("pay", "pay-A2"))
     first = spawn(grace=30.0, visibility=1.0)
     wait_until_sync(lambda: started_by(rclient, namespace), message="the payment started")
     first.popen.send_signal(signal.SIGINT)

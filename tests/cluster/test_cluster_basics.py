@@ -167,3 +167,37 @@ async def test_a_database_number_other_than_0_is_a_config_error(
             job.enqueue()
         with pytest.raises(ConfigError, match="only database 0"):
             await worker_for(app).run(burst=True)
+
+
+@pytest.mark.parametrize("legacy_markers", [False, True])
+@pytest.mark.parametrize("partitions", [1, 6])
+async def test_job_and_step_claims_read_their_old_names_in_one_slot_on_the_cluster(
+    cluster_app: Callable[..., App], partitions: int, legacy_markers: bool
+) -> None:
+    """A job's claim and a step's are read under their new and their 0.2/0.3 names by
+    one script (issue 22, item 7), so each pair shares a slot: no CROSSSLOT, in a
+    partitioned namespace too; names that joined alike under 0.3 all run."""
+    app = cluster_app(partitions=partitions, legacy_markers=legacy_markers)
+    ran: Counter[tuple[str, str]] = Counter()
+
+    def body(task: str) -> None:
+        job = current_job()
+        with job.step("email"):
+            ran[task, job.job_id] += 1
+
+    @app.task(name="a", idempotent=True)
+    def task_a() -> None:
+        body("a")
+
+    @app.task(name="a:b", idempotent=True)
+    def task_ab() -> None:
+        body("a:b")
+
+    ids = [f"b:c{n}" for n in range(10)]
+    app.enqueue_many([task_a.message(job_id=i) for i in ids] +
+                     [task_ab.message(job_id=i.removeprefix("b:")) for i in ids])  # fmt: skip
+    assert app.incr_once("a:b", "c") == (True, 1) and app.incr_once("a", "b:c") == (True, 1)
+    worker = worker_for(app, concurrency=4)
+    await asyncio.wait_for(worker.run(burst=True), timeout=60)
+    assert ran == Counter([("a", i) for i in ids] + [("a:b", i[2:]) for i in ids])
+    assert (worker.dead, list_dead(app, 10)) == (0, [])

@@ -24,14 +24,15 @@ MAX_BYTES_PER_MARKER = 64
 
 
 def claims(app: App, kind: str, first: int, count: int) -> list[Claim]:
-    """Claims of user keys, or job claims of an ``idempotent=True`` task (with the 0.1 name
-    they are honoured under, which is not written by default)."""
+    """Claims of user keys, or job claims of an ``idempotent=True`` task (with the 0.1 and
+    0.2 names they are honoured under, which are not written by default)."""
     if kind == "user":
         return [Claim(app, f"order:{n}") for n in range(first, first + count)]
     return [
         Claim(
             app, Keys.job_claim_name("charge", f"job-{n}"),
             legacy_key=Keys.legacy_job_claim_name(f"job-{n}"), legacy_scope="charge",
+            older_key=Keys.older_job_claim_name("charge", f"job-{n}"),
         )
         for n in range(first, first + count)
     ]  # fmt: skip
@@ -63,7 +64,7 @@ def test_a_done_marker_costs_at_most_64_bytes_of_redis_memory(
     print(f"\n{kind} claims: {per_marker:.1f} bytes of Redis memory per done marker "
           f"({MARKERS:,} markers, {used:,} bytes)")  # fmt: skip
     assert per_marker <= MAX_BYTES_PER_MARKER
-    # Nothing but the buckets is left: no claim key, nothing under the 0.1 name.
+    # Nothing but the buckets is left: no claim key, nothing under the 0.1 or 0.2 name.
     found = server.client.scan_iter(match=f"{app.keys.prefix}:*", count=10_000)
     buckets = [key for key in found if key != app.keys.partitions().encode()]
     assert len(buckets) <= 16**3

@@ -30,7 +30,7 @@ from lockgate import (
 )
 from lockgate.codec import decode, encode
 from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
+from lockgate.keys import GROUP, Keys
 from lockgate.lua import ScriptCall, SyncScripts
 
 
@@ -549,8 +549,8 @@ async def test_an_idempotent_task_runs_once_even_when_redelivered(
     worker = worker_for(app, concurrency=2)
     async with running(worker):
         await wait_until(lambda: worker.processed == 1)
-        assert done(rclient, app, "job:complete_order:order-A1")
-        ttl_ms = marker_ttl_ms(rclient, app, "job:complete_order:order-A1") or 0
+        assert done(rclient, app, Keys.job_claim_name("complete_order", "order-A1"))
+        ttl_ms = marker_ttl_ms(rclient, app, Keys.job_claim_name("complete_order", "order-A1")) or 0
         assert 3_500_000 < ttl_ms <= 3_601_000
         # Nothing under the 0.1 name (only with legacy_markers=True).
         assert not rclient.exists(app.keys.claim("job:order-A1"))
@@ -584,7 +584,7 @@ async def test_an_idempotent_task_that_fails_is_released_and_retried(
         await wait_until(lambda: worker.processed == 1)
     assert attempts == [1, 2]
     assert worker.retried == 1
-    assert done(rclient, app, "job:sync_crm:crm-C1")
+    assert done(rclient, app, Keys.job_claim_name("sync_crm", "crm-C1"))
 
 
 async def test_an_idempotent_task_whose_job_is_claimed_elsewhere_waits_without_an_attempt(
@@ -639,7 +639,7 @@ async def test_steps_a_retry_skips_finished_steps_and_reruns_the_rest(
         await wait_until(lambda: worker.processed == 1)
     assert effects == [("email", 1), ("partner-api", 1), ("partner-api", 2), ("receipt", 2)]
     for step in ("email", "partner-api", "receipt"):
-        assert done(rclient, app, f"step:complete_order:order-A1:{step}"), step
+        assert done(rclient, app, Keys.step_claim_name("complete_order", "order-A1", step)), step
 
 
 async def test_a_step_done_escaping_the_task_dead_letters_the_job_with_the_reason(
@@ -760,7 +760,7 @@ async def test_steps_default_to_the_tasks_idempotency_ttl(
     worker = worker_for(app, concurrency=1)
     async with running(worker):
         await wait_until(lambda: worker.processed + worker.failed == 1)
-    ttl_ms = marker_ttl_ms(rclient, app, "step:weekly:weekly-A1:email") or 0
+    ttl_ms = marker_ttl_ms(rclient, app, Keys.step_claim_name("weekly", "weekly-A1", "email")) or 0
     assert (week - 60) * 1000 < ttl_ms <= (week + 1) * 1000, f"step marker TTL {ttl_ms} ms"
 
 

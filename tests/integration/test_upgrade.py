@@ -5,13 +5,14 @@ value as 0.1's code wrote it (``git show 85bc0e9:src/lockgate/...``: ``codec.py`
 job JSON, ``lua/enqueue_stream.lua``, ``lua/enqueue_sorted.lua``, ``lua/take_sorted.lua``
 and ``lua/idem_settle.lua`` for the keys and values), then runs the new worker on it:
 
-- 0.1 keyed the claim of an ``idempotent=True`` task's job ``idem:job:{id}`` (now
-  ``idem:job:{task}:{id}``): its done marker ``d:<token>`` still acknowledges the job
+- 0.1 keyed the claim of an ``idempotent=True`` task's job ``idem:job:{id}`` (0.2
+  ``idem:job:{task}:{id}``, now ``idem:job/{bytes}:{task}:{id}``; 0.2's names are tested
+  in ``test_names.py``): its done marker ``d:<token>`` still acknowledges the job
   without running it, and its live claim ``c:<token>`` still holds the job back, without
   a dead letter or a spent attempt, until it lapses; a job the new worker runs is marked
-  done in its bucket, and with ``App(legacy_markers=True)`` also under both names as the
-  older releases read them (under 0.1's tagged with the task), so 0.1 workers skip it
-  too; without, nothing is written under the 0.1 name;
+  done in its bucket, and with ``App(legacy_markers=True)`` also under 0.2's and 0.1's
+  names as those releases read them (tagged with the task), so their workers skip it
+  too; without, nothing is written under the older names;
 - queued, delayed and pending stream entries and sorted-backend jobs written by 0.1 (no
   ``owners`` entry, a ``wakeup`` list instead of the wake stream) each run exactly once;
 - a payload with fields this version does not know (a newer producer's) still runs.
@@ -175,20 +176,22 @@ def recording_app(make_app: Callable[..., App], **options: Any) -> App:
 def marked_done(
     rclient: redis.Redis, keys: Keys, task: str, job_id: str, legacy_markers: bool
 ) -> bool:
-    """The new worker marked the job done in its bucket. With legacy_markers also under its
-    key as 0.2 did (``d:<token>``) and, tagged with the task, under the 0.1 name (so 0.1
-    workers of a rolling deploy skip the job as well); without, neither is written."""
+    """The new worker marked the job done in its bucket. With legacy_markers also, tagged
+    with the task, under its 0.2 name and its 0.1 name (so 0.2 and 0.1 workers of a
+    rolling deploy skip the job as well); without, neither is written."""
     claim = keys.claim(Keys.job_claim_name(task, job_id))
     bucketed = rclient.zscore(*keys.done_marker(claim)) is not None
-    marker = rclient.get(claim)
+    older = rclient.get(keys.claim(Keys.older_job_claim_name(task, job_id)))
     legacy = rclient.get(keys.claim(Keys.legacy_job_claim_name(job_id)))
     if not legacy_markers:
-        return bucketed and marker is None and legacy is None
+        return bucketed and older is None and legacy is None
     return (
         bucketed
-        and marker is not None
-        and marker.startswith(b"d:")
-        and legacy == marker + b":t:" + task.encode()
+        and not rclient.exists(claim)
+        and older is not None
+        and older.startswith(b"d:")
+        and older.endswith(b":t:" + task.encode())
+        and legacy == older
     )
 
 

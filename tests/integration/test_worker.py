@@ -235,9 +235,12 @@ async def test_a_failing_task_is_logged_and_dead_lettered(
     assert (worker.retried, worker.failed) == (0, 1)
     failures = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert failures and all("boom-1" in r.getMessage() for r in failures), failures
-    with_traceback = [r for r in failures if "Traceback" in r.getMessage()]
+    # The dead letter's line reports the error; its traceback follows the line, as an
+    # exception's does (the record's exc_text: see lockgate.logs).
+    with_traceback = [r for r in failures if "Traceback" in (r.exc_text or "")]
     assert len(with_traceback) == 1
     assert "RuntimeError: kaput" in with_traceback[0].getMessage()
+    assert "RuntimeError: kaput" in (with_traceback[0].exc_text or "")
     assert any("dead-letter queue" in r.getMessage() for r in failures)
     (letter,) = list_dead(app)
     assert (letter.job_id, letter.task, letter.reason) == ("boom-1", "boom", "failed")

@@ -366,8 +366,12 @@ def test_a_read_claims_a_job_unless_its_bucketed_marker_says_it_is_done(
     assert states == {"done-1": 0, "new-1": 1}
     new = keys.claim(Keys.job_claim_name("charge", "new-1"))
     assert rclient.get(new).startswith(b"c:tok:")
-    mirrored = rclient.get(keys.claim(Keys.legacy_job_claim_name("new-1")))
-    assert mirrored == (rclient.get(new) if mirror else None)
+    # legacy_markers mirror the claim under the 0.1 and 0.2 names, where those look.
+    for older in (
+        Keys.legacy_job_claim_name("new-1"),
+        Keys.older_job_claim_name("charge", "new-1"),
+    ):
+        assert rclient.get(keys.claim(older)) == (rclient.get(new) if mirror else None)
     assert not rclient.exists(keys.claim(Keys.legacy_job_claim_name("done-1")))
 
 
@@ -395,3 +399,85 @@ def test_incr_once_reports_zero_for_a_repeat_on_a_missing_counter(
     rclient.set(guard, "1")
     assert list(run(scripts, "incr_once", [guard, counter], [60_000, 1])) == [0, 0]
     assert not rclient.exists(counter)
+
+
+# --- the claim's other name: 0.2/0.3's ambiguous one, read only (issue 22, item 7) -------
+
+
+def claim_with_other(
+    scripts: SyncScripts, keys: Keys, key: str, other: str, token: str, legacy: str | None = None
+) -> list[int]:
+    """idem_claim with ``Claim.claim_call``'s layout for a claim that has an other name
+    (the last key, ARGV[6] = 1), and a 0.1 name or not."""
+    script_keys = [key, other] if legacy is None else [key, legacy, other]
+    args = [token, 30_000, "charge", keys.done_bucket_prefix, 0, 1]
+    return list(run(scripts, "idem_claim", script_keys, args))
+
+
+@pytest.mark.parametrize("with_legacy", [False, True])
+@pytest.mark.parametrize("state", ["bucket", "string", "live"])
+def test_a_claim_honours_its_other_name_and_never_writes_there(
+    scripts: SyncScripts, rclient: redis.Redis, keys: Keys, state: str, with_legacy: bool
+) -> None:
+    key = keys.claim(Keys.job_claim_name("charge", "a"))
+    other = keys.claim(Keys.older_job_claim_name("charge", "a"))
+    legacy = keys.claim(Keys.legacy_job_claim_name("a")) if with_legacy else None
+    if state == "bucket":  # 0.3's done marker
+        claim(scripts, keys, other, OLD, 30_000)
+        settle(scripts, keys, other, OLD, "done", HOUR_MS)
+    else:  # 0.2's done marker, or a 0.2/0.3 worker running it now
+        rclient.set(other, f"{'d' if state == 'string' else 'c'}:{OLD}", px=HOUR_MS)
+    before = namespace_keys(rclient, keys)
+    reply = claim_with_other(scripts, keys, key, other, NEW, legacy)
+    assert reply[0] == (-1 if state == "live" else 0)
+    assert namespace_keys(rclient, keys) == before  # nothing written
+    # Once the old name is gone, the claim is taken under the new name alone.
+    rclient.delete(other, keys.done_marker(other)[0])
+    assert claim_with_other(scripts, keys, key, other, NEW, legacy) == [1, 0]
+    assert rclient.get(key) == f"c:{NEW}".encode()
+    assert not rclient.exists(other)
+    assert legacy is None or not rclient.exists(legacy)
+
+
+def test_a_step_claim_with_an_other_name_and_no_0_1_name_reads_only_those(
+    scripts: SyncScripts, rclient: redis.Redis, keys: Keys
+) -> None:
+    key = keys.claim(Keys.step_claim_name("t", "j", "email"))
+    other = keys.claim(Keys.older_step_claim_name("t", "j", "email"))
+    assert claim_with_other(scripts, keys, key, other, NEW) == [1, 0]
+    assert namespace_keys(rclient, keys) == {key.encode()}
+
+
+def test_incr_once_honours_the_guard_under_its_other_name(
+    scripts: SyncScripts, rclient: redis.Redis, keys: Keys
+) -> None:
+    counter = keys.counter("views")
+    guard, other = keys.request("views", "r1"), keys.older_request("views", "r1")
+
+    def incr(mirror: bool = False) -> list[int]:
+        args = [60_000, 1, int(mirror), "t:views"]
+        return list(run(scripts, "incr_once", [guard, counter, other], args))
+
+    rclient.set(other, "1", px=60_000)  # counted by 0.3
+    assert incr() == [0, 0]
+    assert not rclient.exists(guard)
+    rclient.set(other, "t:views:2", px=60_000)  # tagged for counter views:2 (request r1)
+    assert incr() == [1, 1]
+    assert rclient.exists(guard) and rclient.get(other) == b"t:views:2"  # left as it was
+    rclient.delete(guard, other)
+    assert incr(mirror=True) == [1, 2]  # legacy_markers: guarded where 0.2 looks, tagged
+    assert rclient.get(other) == b"t:views"
+    rclient.delete(guard)
+    assert incr() == [0, 2]  # its own tag counts
+
+
+def test_a_read_honours_a_jobs_0_3_done_marker(
+    scripts: SyncScripts, rclient: redis.Redis, keys: Keys
+) -> None:
+    old = keys.claim(Keys.older_job_claim_name("charge", "done-1"))
+    claim(scripts, keys, old, OLD, 30_000)
+    settle(scripts, keys, old, OLD, "done", HOUR_MS)  # as 0.3 marked it
+    states = read_with_claims(scripts, keys, rclient, ["done-1", "new-1"], mirror=False)
+    assert states == {"done-1": 0, "new-1": 1}
+    assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", "done-1")))
+    assert not rclient.exists(keys.claim(Keys.older_job_claim_name("charge", "new-1")))

@@ -463,7 +463,7 @@ def test_read_under_oom_still_hands_out_an_idempotent_job(tmp_path: Path) -> Non
         _, flat, _, _ = run(scripts, "read_stream", script_keys, args)
         assert flat[1] == entry_id
         state = flat[3]
-        claim_key = keys.claim("job:charge:pay-1")
+        claim_key = keys.claim(Keys.job_claim_name("charge", "pay-1"))
         assert state in (1, NOT_CLAIMED)
         assert client.get(claim_key) == (
             f"c:tok:{entry_id.decode()}".encode() if state == 1 else None

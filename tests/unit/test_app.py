@@ -168,3 +168,60 @@ def test_message_builds_the_job(app: App) -> None:
 def test_current_job_outside_a_task() -> None:
     with pytest.raises(LockgateError, match="only available inside"):
         current_job()
+
+
+# --- task names (issue 22, item 7) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["billing.charge_card", "a:b", "x-y_z.1", "A" * 200])
+def test_task_names_of_letters_digits_and_dot_dash_underscore_colon_are_accepted(
+    app: App, name: str
+) -> None:
+    @app.task(name=name)
+    def job() -> None:
+        return None
+
+    assert job.name == name
+    assert app.tasks[name] is job
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["t<svg onload=alert(3)>", "", "A" * 201, "charge card", "charge\ncard", "charge\n", "café"],
+)
+def test_any_other_task_name_is_a_one_line_config_error_naming_it_and_the_rule(
+    app: App, name: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+
+        @app.task(name=name)
+        def job() -> None:
+            return None
+
+    message = str(caught.value)
+    assert "\n" not in message
+    assert repr(name)[:60].rstrip("'") in message
+    assert "letters, digits" in message and "200" in message
+    assert app.tasks == {}
+
+
+def test_a_cron_task_name_is_checked_as_well(app: App) -> None:
+    with pytest.raises(ConfigError, match="letters, digits"):
+
+        @app.cron("* * * * *", name="every minute")
+        def tick() -> None:
+            return None
+
+
+def test_functions_whose_own_name_is_no_valid_task_name_get_a_valid_default(app: App) -> None:
+    def make() -> object:
+        def inner() -> None:
+            return None
+
+        return inner
+
+    nested = app.task(make())  # qualname '...<locals>.inner': the name is 'inner'
+    anonymous = app.task(lambda: None)
+    assert nested.name == "inner"
+    assert anonymous.name == "_lambda_"
+    assert set(app.tasks) == {"inner", "_lambda_"}

@@ -148,7 +148,7 @@ def test_check_name_accepts(name: str) -> None:
     assert check_name(name, "queue") == name
 
 
-@pytest.mark.parametrize("name", ["", "x" * 65, "a b", "a:b", "a{b}", "é", 5])
+@pytest.mark.parametrize("name", ["", "x" * 65, "a b", "a:b", "a{b}", "é", 5, "a\n"])
 def test_check_name_rejects(name: Any) -> None:
     with pytest.raises(ConfigError):
         check_name(name, "queue")

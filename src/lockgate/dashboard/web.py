@@ -17,7 +17,6 @@ See :mod:`lockgate.dashboard.security` for the rules these checks follow, and
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 from collections import Counter
@@ -60,8 +59,9 @@ from lockgate.dashboard.security import (
 from lockgate.dashboard.throttle import LoginThrottle, client_key
 from lockgate.delayed import delayed_jobs
 from lockgate.errors import ConfigError, LockgateError
+from lockgate.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 
 LOGIN_COOKIE = "lockgate_dashboard_login"

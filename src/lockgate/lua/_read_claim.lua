@@ -7,9 +7,10 @@
 -- App(legacy_markers=True)), then the names of the idempotent tasks (the rest).
 -- claim_job(claims, ref, payload) claims the job of an encoded payload handed out as ref
 -- (an entry id, a job id) with the token '<token prefix>:<ref>', under the claim key
--- '<prefix>job:<task>:<job id>' and the 0.1 name '<prefix>job:<job id>' (see
--- _take_claim.lua). The names come from the start of the encoded job
--- ({"id":...,"task":...}), else from decoding it.
+-- '<prefix>job/<bytes of task>:<task>:<job id>' (Keys.job_claim_name), honouring its
+-- 0.2/0.3 name '<prefix>job:<task>:<job id>' and its 0.1 name '<prefix>job:<job id>' (see
+-- _take_claim.lua; with mirror = '1' both are claimed too). The names come from the start
+-- of the encoded job ({"id":...,"task":...}), else from decoding it.
 -- Returns: state, ms: 1 claimed, 0 already done, -1 busy (ms left on the holder's lease),
 -- 2 not claimed here (no claims asked, not an idempotent task, names unreadable, or a full
 -- memory refused the claim): the worker then claims the job alone.
@@ -41,9 +42,10 @@ local function claim_job(claims, ref, payload)
   if claims.prefix == '' then return 2, 0 end
   local id, task = job_names(payload)
   if not id or not claims.tasks[task] then return 2, 0 end
-  local key, legacy = claims.prefix .. 'job:' .. task .. ':' .. id, claims.prefix .. 'job:' .. id
-  local ok, answer = pcall(take_claim, key, legacy, claims.token .. ':' .. ref, claims.lease,
-    task, claims.done, claims.mirror)
+  local key = claims.prefix .. 'job/' .. #task .. ':' .. task .. ':' .. id
+  local older, legacy = claims.prefix .. 'job:' .. task .. ':' .. id, claims.prefix .. 'job:' .. id
+  local ok, answer = pcall(take_claim, key, older, legacy, claims.token .. ':' .. ref,
+    claims.lease, task, claims.done, claims.mirror)
   if not ok then return 2, 0 end
   return answer[1], answer[2]
 end

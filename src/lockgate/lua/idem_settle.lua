@@ -1,8 +1,8 @@
 -- idem_settle.lua: finish a claim, compare-and-set on the owner token.
--- KEYS: [1] the claim key, [2] optional: its 0.1 name (job claims of idempotent tasks; only
---       with App(legacy_markers=True))
+-- KEYS: [1] the claim key, [2], [3] optional: its older names (0.1's for a job claim, 0.2's
+--       for a job or step claim; only with App(legacy_markers=True))
 -- ARGV: owner token, action ('done', 'release' or 'renew'), ms (done: the marker's TTL;
---       renew: the lease), the done marker for the 0.1 name ('' when none), the done-marker
+--       renew: the lease), the done marker for the older names ('' when none), the done-marker
 --       buckets' prefix, strings ('1': also leave the string marker 'd:<token>' under the
 --       claim key, as lockgate 0.2 wrote it, for 0.2 workers of a rolling upgrade)
 -- Touches: only a claim that still belongs to this token: 'done' deletes it (strings: turns
@@ -10,7 +10,7 @@
 --          (see _done_marker.lua); 'release' deletes it so a retry can run; 'renew'
 --          extends the lease. A claim taken over by another owner after this one's lease
 --          lapsed is never touched: a late release cannot delete the new owner's claim.
---          The 0.1 name follows (see _legacy_claim.lua).
+--          The older names follow (see _legacy_claim.lua).
 -- Returns: 1 when the claim was still ours, 0 otherwise.
 --#include _legacy_claim
 --#include _done_marker
@@ -28,5 +28,5 @@ elseif action == 'release' then
 else
   redis.call('PEXPIRE', claim, ms)
 end
-settle_legacy(KEYS[2], token, action, ms, ARGV[4] or '')
+for i = 2, #KEYS do settle_legacy(KEYS[i], token, action, ms, ARGV[4] or '') end
 return 1

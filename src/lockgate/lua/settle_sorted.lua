@@ -3,11 +3,11 @@
 -- KEYS: [1] inflight, [2] payloads, [3] ranks, [4] deliveries, [5] owners, [6] delayed,
 --       [7] the dead-letter stream, [8] the queue's wake stream, [9] the job's marker,
 --       [10] the job's result key, [11] its status key, [12] the job's claim (optional),
---       [13] the claim's 0.1 name (optional, with [12]; only with
+--       [13], [14] the claim's older names (0.1's, 0.2's; optional, with [12]; only with
 --       App(legacy_markers=True))
 -- ARGV: [1] job id, [2] owner token of this take, [3] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [4] claim token ('' when none), [5] claim action: 'done' | 'release' | 'keep',
---       [6] done marker TTL ms, [7] the done marker for the 0.1 name ('' when none),
+--       [6] done marker TTL ms, [7] the done marker for the older names ('' when none),
 --       [8] the done-marker buckets' prefix, [9] strings ('1': also the string marker
 --       'd:<token>' under the claim key, App(legacy_markers=True)), [10] retry: next attempt
 --       (encoded job), [11] retry: delay ms, [12] retry: boost (us of head start for its
@@ -53,6 +53,6 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     if ARGV[17] ~= '' then redis.call('SET', KEYS[10], ARGV[17], 'PX', ARGV[18]) end
   end
 end
-local claimed = settle_claim(KEYS[12], KEYS[13], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
-  ARGV[9])
+local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
+  ARGV[8], ARGV[9])
 return {owned, claimed}

@@ -1,11 +1,11 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
 --       dead-letter stream, [5] the namespace's wake stream, [6] the job's result key,
---       [7] its status key, [8] the job's claim (optional), [9] the claim's 0.1 name
---       (optional, with [8]; only with App(legacy_markers=True))
+--       [7] its status key, [8] the job's claim (optional), [9], [10] the claim's older
+--       names (0.1's, 0.2's; optional, with [8]; only with App(legacy_markers=True))
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
---       [7] done marker TTL ms, [8] the done marker for the 0.1 name ('' when none),
+--       [7] done marker TTL ms, [8] the done marker for the older names ('' when none),
 --       [9] the done-marker buckets' prefix, [10] strings ('1': also the string marker
 --       'd:<token>' under the claim key, App(legacy_markers=True)), [11] retry: next
 --       attempt (encoded job), [12] retry: delay ms, [13] dead letters kept at most (0: no
@@ -51,6 +51,6 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     if ARGV[17] ~= '' then redis.call('SET', KEYS[6], ARGV[17], 'PX', ARGV[18]) end
   end
 end
-local claimed = settle_claim(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
-  ARGV[10])
+local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+  ARGV[9], ARGV[10])
 return {owned, claimed}
