@@ -8,14 +8,22 @@
 -- Touches: only a claim that still belongs to this token: 'done' deletes it (strings: turns
 --          it into 'd:<token>' for the TTL) and writes its bucketed done marker for the TTL
 --          (see _done_marker.lua); 'release' deletes it so a retry can run; 'renew'
---          extends the lease. A claim taken over by another owner after this one's lease
---          lapsed is never touched: a late release cannot delete the new owner's claim.
+--          extends the lease, and takes the claim again when it is gone and not done (its
+--          lease lapsed while Redis was away, e.g. restarted from its AOF past it: the live
+--          holder keeps it unless another owner took it first). A claim taken over by
+--          another owner after this one's lease lapsed is never touched: a late release
+--          cannot delete the new owner's claim.
 --          The older names follow (see _legacy_claim.lua).
 -- Returns: 1 when the claim was still ours, 0 otherwise.
 --#include _legacy_claim
 --#include _done_marker
 local claim, token, action, ms = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-if redis.call('GET', claim) ~= 'c:' .. token then return 0 end
+local current = redis.call('GET', claim)
+if action == 'renew' and not current and not marker_done(ARGV[5], claim) then
+  redis.call('SET', claim, 'c:' .. token, 'PX', ms)
+  current = 'c:' .. token
+end
+if current ~= 'c:' .. token then return 0 end
 if action == 'done' then
   if ARGV[6] == '1' then
     redis.call('SET', claim, 'd:' .. token, 'PX', ms)
