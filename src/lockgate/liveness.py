@@ -107,6 +107,10 @@ class LivenessKeeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():  # its beat hangs (a hung server): so would ours
+                log.warning("worker %s: its liveness beat does not return; its liveness "
+                            "lapses within %.1fs", self._consumer, self.timing.lease)  # fmt: skip
+                return
         if self._scripts is None:
             return
         try:
