@@ -33,7 +33,6 @@ import redis.sentinel
 
 # redis-py's own parsers (exported by redis._parsers, used by its cluster clients).
 from redis._parsers import AsyncCommandsParser, CommandsParser
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
@@ -43,7 +42,7 @@ from lockgate.errors import ConfigError, ConnectionFailed
 from lockgate.faults import translated
 from lockgate.packing import with_hiredis_packing
 from lockgate.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
-from lockgate.write_deadline import with_deadline_writes
+from lockgate.write_deadline import ChainedRetry, with_deadline_writes
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 AsyncClient: TypeAlias = "aioredis.Redis | aiocluster.RedisCluster"
@@ -403,7 +402,7 @@ def _async_plain(
             # instead of failing the call (from_url clients get none by default). Not
             # after a timeout: a server that hangs would hang the retry too, doubling
             # the time a call takes to fail (and sending a write twice).
-            retry=AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+            retry=ChainedRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
             **_socket_options(address, socket_timeout),
         )
     except ValueError as e:

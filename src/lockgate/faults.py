@@ -44,6 +44,7 @@ from lockgate.errors import (
     ScriptError,
     ServerBusy,
 )
+from lockgate.write_deadline import earlier_try
 
 Fault = Literal["transient", "reload", "fatal"]
 # What a Redis call may raise: redis-py's errors, its cluster client's own (which are not
@@ -66,6 +67,8 @@ _FUNCTIONS_UNKNOWN = re.compile(r"unknown command [`'](fcall|fcall_ro|function)[
 # server"), or no pooled connection came free. Its other connection errors and timeouts
 # (reading, writing, "Connection closed by server") come once the command may have left.
 _NOT_SENT = ("connecting to", "no connection available", "too many connections")
+# Earlier tries of one call looked at (a retry or two: a chain is short).
+MAX_TRIES_SEEN = 8
 
 
 def _code(message: str) -> str:
@@ -96,12 +99,24 @@ def translate(error: redis.RedisError | RedisClusterException | OSError, url: st
     return BrokerError(message)
 
 
-def may_have_landed(error: redis.RedisError | RedisClusterException | OSError) -> bool:
-    """Whether a write that failed so may have reached the server (and run there).
+def may_have_landed(error: BaseException) -> bool:
+    """Whether a write that failed so may have reached the server (and run there): its
+    error, or that of an earlier try of the same call (see
+    :func:`lockgate.write_deadline.earlier_try`).
 
     A cluster client's own error may follow a try that timed out after sending (redis-py
     retries there by itself), so it counts as landed too.
     """
+    tried: BaseException | None = error
+    seen = 0
+    while tried is not None and seen < MAX_TRIES_SEEN:
+        if _may_have_landed(tried):
+            return True
+        tried, seen = earlier_try(tried), seen + 1
+    return False
+
+
+def _may_have_landed(error: BaseException) -> bool:
     if isinstance(error, RedisClusterException):
         return True
     if not isinstance(error, redis.ConnectionError | redis.TimeoutError | OSError):
