@@ -145,8 +145,8 @@ class AsyncFcallKeys(AsyncCommandsParser):
     (the first primary the slots name) at every (re)initialisation, under its lock and
     outside its retries: while that one primary is down, before a failover or for good on
     a cluster that serves what it still covers, every call of the client failed, those of
-    the live primaries' slots too (a hung node held them all, the worker's client having
-    no socket timeout). Here each try is bounded by HANDSHAKE_TIMEOUT; a node that fails
+    the live primaries' slots too (a hung node held them all for a socket timeout each,
+    and for ever while the worker's client had none). Here each try is bounded by HANDSHAKE_TIMEOUT; a node that fails
     is moved last (redis-py then no longer makes it the default), and the first primary
     that answers becomes the default node (where ``HELLO`` and keyless calls go).
     """
