@@ -146,9 +146,10 @@ class AsyncFcallKeys(AsyncCommandsParser):
     outside its retries: while that one primary is down, before a failover or for good on
     a cluster that serves what it still covers, every call of the client failed, those of
     the live primaries' slots too (a hung node held them all for a socket timeout each,
-    and for ever while the worker's client had none). Here each try is bounded by HANDSHAKE_TIMEOUT; a node that fails
-    is moved last (redis-py then no longer makes it the default), and the first primary
-    that answers becomes the default node (where ``HELLO`` and keyless calls go).
+    and for ever while the worker's client had none). Here each try is bounded by
+    HANDSHAKE_TIMEOUT; a node that fails is moved last (redis-py then no longer makes it
+    the default), and the first primary that answers becomes the default node (where
+    ``HELLO`` and keyless calls go).
     """
 
     def __init__(self, cluster: aiocluster.RedisCluster) -> None:

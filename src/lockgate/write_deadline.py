@@ -53,9 +53,16 @@ class DeadlineWrites:
             command = [command]
         try:
             self._writer.writelines(command)
-            async with asyncio.timeout(deadline):
-                await self._writer.drain()
+            if self._writer.transport.get_write_buffer_size():
+                # Not all sent at once: the drain may wait for the server to read.
+                async with asyncio.timeout(deadline):
+                    await self._writer.drain()
+            else:
+                await self._writer.drain()  # only raises what the transport met; no wait
         except TimeoutError:
+            # Dropped, not flushed: a close would send the rest of the command whenever
+            # the server reads again, and keep the transport until then.
+            self._writer.transport.abort()
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise redis.TimeoutError("Timeout writing to socket") from None
         except OSError as e:

@@ -162,3 +162,29 @@ async def test_worker_on_a_hung_server_fails_its_calls_in_seconds_and_recovers(
         f"{working:.2f} s and every job settled {recovered:.2f} s after SIGCONT"
     )
     assert runs.counts() == once(before + during)
+
+
+async def test_a_write_larger_than_the_socket_buffers_to_a_hung_server_times_out(
+    private_redis: Callable[..., PrivateRedis], make_app: Callable[..., App]
+) -> None:
+    """The write itself blocks (the server reads nothing): its deadline holds too."""
+    server = private_redis()
+    app = make_app(redis_url=server.url, namespace=uuid.uuid4().hex)
+
+    @app.task
+    async def big(blob: str) -> None: ...
+
+    await big.enqueue_async("x")
+    messages = [big.message("x" * 900_000) for _ in range(64)]  # 57 MB in one call
+    server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(lockgate.OutcomeUnknown) as caught:
+            await app.enqueue_many_async(messages)
+        took = time.monotonic() - started
+    finally:
+        server.resume()
+    print(f"a 57 MB enqueue to a hung server raised after {took:.2f} s: {caught.value.reason}")
+    assert took < BOUND
+    assert "writing" in caught.value.reason
+    assert list(caught.value.job_ids) == [m.job.id for m in messages]
