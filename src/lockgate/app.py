@@ -463,7 +463,10 @@ class App:
 
         Raises:
             SerializationError: an argument has no JSON form (nothing is enqueued).
-            ConnectionFailed: Redis cannot be reached.
+            OutcomeUnknown: no reply came once the jobs were sent (a timeout, a lost
+                connection): they may have been queued; its ``job_ids`` are theirs, and
+                enqueueing the same messages again (they keep their ids) is safe.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
         """
         if self._eager is not None:
             eager = self._eager
@@ -471,7 +474,7 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        created = self.store.enqueue(plan)
+        created = self.store.enqueue(plan, [j.id for j in jobs])
         return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
 
     async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
@@ -482,7 +485,7 @@ class App:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
-        created = await self.store.enqueue_async(plan)
+        created = await self.store.enqueue_async(plan, [j.id for j in jobs])
         return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
 
     def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:

@@ -5,10 +5,13 @@ cluster's seeds, ``redis+sentinel://`` names a primary that the Sentinels follow
 is probed once per process (``HELLO``) and gets the cluster client when the server
 runs in cluster mode. A cluster has only database 0: any other number is a ConfigError.
 
-Every client bounds its connect; clients whose calls never block on the server bound
-every reply too. Pools block when full (a burst waits for a connection instead of failing
-with "Too many connections"), except the async cluster client's, which redis-py does not
-offer: it is sized for the concurrency instead.
+Every client bounds its connect and every reply (``SOCKET_TIMEOUT``), the worker's too:
+TCP keepalive never fires against a server that hangs (a stopped process, a black-holed
+network), so without a deadline a worker would wait for as long as the server hangs. A
+worker's blocking reads block for at most ``MAX_BLOCK`` on the server, inside that
+deadline (see :func:`block_ms`). Pools block when full (a burst waits for a connection
+instead of failing with "Too many connections"), except the async cluster client's,
+which redis-py does not offer: it is sized for the concurrency instead.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import redis.sentinel
 
 # redis-py's own parsers (exported by redis._parsers, used by its cluster clients).
 from redis._parsers import AsyncCommandsParser, CommandsParser
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
@@ -40,6 +42,7 @@ from lockgate.faults import translated
 from lockgate.logs import get_logger
 from lockgate.packing import with_hiredis_packing
 from lockgate.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
+from lockgate.write_deadline import ChainedRetry, with_deadline_writes
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 AsyncClient: TypeAlias = "aioredis.Redis | aiocluster.RedisCluster"
@@ -49,13 +52,17 @@ KEEPALIVE = {socket.TCP_KEEPIDLE: 20, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPC
 # Seconds: a connect (TCP or Unix) that takes longer fails.
 CONNECT_TIMEOUT = 5.0
 # Seconds for a first command, connect included. An open port that is not Redis accepts
-# the connection and never answers, and a worker's client has no socket timeout (see
-# async_client) that would notice.
+# the connection and never answers.
 HANDSHAKE_TIMEOUT = 5.0
 # A cluster node that does not answer is logged at most this often (seconds).
 LOG_NODE_EVERY = 60.0
-# Seconds a reply may take on clients whose calls never block on the server.
+# Seconds a reply may take, on every client: a call to a server that hangs fails then.
 SOCKET_TIMEOUT = 5.0
+# Seconds a blocking read (XREAD BLOCK, BLPOP) may block on the server: a longer wait for
+# work (a worker's idle_wait) is cut into reads this long, each ending on the server with
+# BLOCK_MARGIN to spare before the socket timeout would fail it.
+BLOCK_MARGIN = 1.0
+MAX_BLOCK = SOCKET_TIMEOUT - BLOCK_MARGIN
 # Seconds an async caller waits for a free pooled connection: a full pool is load, not a
 # fault, so the wait is long; past it the call fails as a connection error.
 POOL_WAIT_TIMEOUT = 60.0
@@ -138,10 +145,11 @@ class AsyncFcallKeys(AsyncCommandsParser):
     (the first primary the slots name) at every (re)initialisation, under its lock and
     outside its retries: while that one primary is down, before a failover or for good on
     a cluster that serves what it still covers, every call of the client failed, those of
-    the live primaries' slots too (a hung node held them all, the worker's client having
-    no socket timeout). Here each try is bounded by HANDSHAKE_TIMEOUT; a node that fails
-    is moved last (redis-py then no longer makes it the default), and the first primary
-    that answers becomes the default node (where ``HELLO`` and keyless calls go).
+    the live primaries' slots too (a hung node held them all for a socket timeout each,
+    and for ever while the worker's client had none). Here each try is bounded by
+    HANDSHAKE_TIMEOUT; a node that fails is moved last (redis-py then no longer makes it
+    the default), and the first primary that answers becomes the default node (where
+    ``HELLO`` and keyless calls go).
     """
 
     def __init__(self, cluster: aiocluster.RedisCluster) -> None:
@@ -316,12 +324,9 @@ def async_client(
     for one that finds out whether a one-host URL is a cluster node).
 
     Args:
-        socket_timeout: longest wait for a reply. None for a worker: its blocking reads
-            outlast any fixed timeout, redis-py wraps every read and write in
-            ``wait_for`` when one is set (a cost per command, and on Python 3.11 a
-            cancellation that can be absorbed), and TCP keepalive (dead peer noticed
-            within about a minute) plus health checks cover a connection whose server
-            vanished.
+        socket_timeout: longest wait for a reply (None: none, which only a test wants:
+            TCP keepalive never notices a server that hangs). Blocking reads stay under
+            it (see :func:`block_ms`).
         max_connections: the pool's size (default ``DEFAULT_MAX_CONNECTIONS``), per node
             on a cluster; size it to the number of calls that may be in flight at once.
         cluster: a one-host URL names a cluster node.
@@ -345,8 +350,19 @@ def async_client(
             **_socket_options(address, socket_timeout),
         )
         client.commands_parser = AsyncFcallKeys(client)
+        _deadline_writes_on_nodes(client)
         return client
     return _async_plain(url, address, socket_timeout, size)
+
+
+def _deadline_writes_on_nodes(client: aiocluster.RedisCluster) -> None:
+    """Make every node's connections bound writes without a task each (see
+    :mod:`lockgate.write_deadline`): the startup nodes', and through the keywords the
+    client gives each node it discovers, theirs."""
+    keywords = client.nodes_manager.connection_kwargs
+    keywords["connection_class"] = with_deadline_writes(keywords["connection_class"])
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = with_deadline_writes(node.connection_class)
 
 
 async def open_async_client(
@@ -384,12 +400,15 @@ def _async_plain(
             max_connections=size,
             timeout=POOL_WAIT_TIMEOUT,
             # One retry: a pooled connection that a server restart closed is replaced
-            # instead of failing the call (from_url clients get none by default).
-            retry=AsyncRetry(NoBackoff(), 1),
+            # instead of failing the call (from_url clients get none by default). Not
+            # after a timeout: a server that hangs would hang the retry too, doubling
+            # the time a call takes to fail (and sending a write twice).
+            retry=ChainedRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
             **_socket_options(address, socket_timeout),
         )
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {masked(url)}: {e}") from e
+    pool.connection_class = with_deadline_writes(pool.connection_class)
     return aioredis.Redis.from_pool(with_hiredis_packing(pool))
 
 
@@ -417,10 +436,16 @@ def _async_sentinel(address: Address, socket_timeout: float | None, size: int) -
         address.hosts, sentinel_kwargs=_sentinel_keywords(address, socket_timeout)
     )
     assert address.service is not None
+    connection = (
+        aiosentinel.SentinelManagedSSLConnection
+        if address.tls
+        else aiosentinel.SentinelManagedConnection
+    )
     client: aioredis.Redis = sentinel.master_for(
         address.service,
         redis_class=AsyncSentinelPrimary,
         max_connections=size,
+        connection_class=with_deadline_writes(connection),
         **_primary_keywords(address, socket_timeout),
     )
     return client
@@ -475,10 +500,13 @@ def _unknown_command(error: redis.ResponseError) -> bool:
 async def connect_worker_client(url: str, *, max_connections: int) -> AsyncClient:
     """A worker's async client for ``url``, checked to be a Redis server that answers.
 
-    The client has no socket timeout (see :func:`async_client`), so its first command,
-    connect included, is bounded by ``HANDSHAKE_TIMEOUT`` (:func:`open_async_client`): an
-    open port that is not Redis would otherwise hang the worker silently. On failure the
-    client is closed.
+    Every call has the producers' deadline (``SOCKET_TIMEOUT``): a server or node that
+    hangs fails the calls sent to it within seconds, which the worker treats as any lost
+    connection (settles kept and retried: they are idempotent), and a cluster or Sentinel
+    client then finds the promoted replica. Its blocking reads block for at most
+    ``MAX_BLOCK`` (see :func:`block_ms`). The first command, connect included, is bounded
+    by ``HANDSHAKE_TIMEOUT`` (:func:`open_async_client`). On failure the client is
+    closed.
 
     Args:
         url: the Redis URL.
@@ -493,13 +521,25 @@ async def connect_worker_client(url: str, *, max_connections: int) -> AsyncClien
         BrokerError: the server refused the client (a wrong password, an ACL: see
             :mod:`lockgate.faults` for which error).
     """
-    client = await open_async_client(url, socket_timeout=None, max_connections=max_connections)
+    client = await open_async_client(url, max_connections=max_connections)
     try:
         await first_contact(client, url)
     except BaseException:
         await client.aclose()
         raise
     return client
+
+
+def block_ms(seconds: float) -> int:
+    """The ``BLOCK`` (ms, at least 1) of a blocking read that waits ``seconds`` for work,
+    capped at ``MAX_BLOCK``.
+
+    One deadline for every call of a client (its socket timeout) rather than one per
+    call: redis-py applies the client's socket timeout to every read, a blocking one
+    included, so a read may block for no longer than that, less a margin for the reply
+    to arrive. A longer wait is a series of reads (a wait for work is a longest wait).
+    """
+    return max(1, int(min(seconds, MAX_BLOCK) * 1000))
 
 
 async def server_warnings(client: AsyncClient) -> list[str]:

@@ -240,6 +240,9 @@ def replay(
     Raises:
         ConfigError: ``level`` is not declared by the app, or ``queue`` is not one of
             ``app.queues`` (nothing is replayed).
+        OutcomeUnknown: a letter's job got no reply once sent: it may be queued (its id
+            is on ``job_ids``); the letter stays, the letters before it were replayed.
+            Replayed again while that job is queued, it comes back ``taken``.
         ConnectionFailed: Redis cannot be reached.
     """
     if level is not None:

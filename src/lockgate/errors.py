@@ -7,6 +7,8 @@ LockgateError
 │   └── StartupFailed      a worker's on_startup hook raised (it stops before any job)
 ├── BrokerError            anything the Redis side refused
 │   ├── ConnectionFailed   the server at a URL could not be reached        (transient)
+│   │   └── OutcomeUnknown a write timed out or lost its connection after it was sent:
+│   │                      it may have landed (.job_ids: retry with them)
 │   ├── ServerBusy         BUSY, LOADING, OOM, READONLY, failover, ...     (transient)
 │   ├── ScriptError        a Lua script failed (NOSCRIPT: reload and retry)
 │   └── AccessDenied       NOPERM, WRONGPASS, unknown command; also a ConfigError (fatal)
@@ -28,7 +30,11 @@ redis-py errors are translated at the broker boundary only, with ``raise ... fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+
+# How many of an OutcomeUnknown's job ids its message names (all are on .job_ids).
+SHOWN_IDS = 10
 
 
 class LockgateError(Exception):
@@ -87,6 +93,32 @@ class ConnectionFailed(BrokerError):
         super().__init__(f"cannot connect to Redis at {url}: {reason}")
         self.url = url
         self.reason = reason
+
+
+class OutcomeUnknown(ConnectionFailed):
+    """A call that may have changed Redis got no reply: it timed out, or its connection
+    was lost, after the command was sent (an enqueue, ``enqueue_many``, a replay).
+
+    The jobs may have been queued. Enqueue them again with the same ids (``job_id=``;
+    a message from ``Task.message`` keeps its id): an id that is queued, delayed or
+    running is not queued twice, so the retry is safe. A connection refused before
+    anything was sent raises a plain :class:`ConnectionFailed` instead.
+
+    Args:
+        url: the URL that failed, with any password masked.
+        reason: what the client said.
+        job_ids: the ids of the jobs the call carried, generated ones included.
+    """
+
+    def __init__(self, url: str, reason: str, job_ids: Sequence[str]) -> None:
+        super().__init__(url, reason)
+        self.job_ids = tuple(job_ids)
+        shown = ", ".join(self.job_ids[:SHOWN_IDS])
+        more = f" and {len(self.job_ids) - SHOWN_IDS} more" if len(self.job_ids) > SHOWN_IDS else ""
+        self.args = (
+            f"no reply from Redis at {url} ({reason}): the jobs may have been queued; "
+            f"enqueue again with the same job ids to be sure (.job_ids: {shown}{more})",
+        )
 
 
 class ScriptError(BrokerError):

@@ -3,6 +3,7 @@
 | error from the server or the socket                          | lockgate error     | fault     |
 | ------------------------------------------------------------ | ------------------ | --------- |
 | connection refused/reset/closed, socket timeout               | ConnectionFailed   | transient |
+| of a write (an enqueue) after it was sent: timeout, reset     | OutcomeUnknown     | transient |
 | BUSY, LOADING, OOM, READONLY, MASTERDOWN, TRYAGAIN,           | ServerBusy         | transient |
 | CLUSTERDOWN, NOREPLICAS, NOT BUSY... (the server says "later") |                    |           |
 | Function not found, NOSCRIPT (a fresh or flushed server)      | ScriptError        | reload    |
@@ -10,6 +11,11 @@
 | of a command inside a function                               |                    |           |
 | a cluster client's own refusal (slot not covered, ...)        | ServerBusy         | transient |
 | anything else the server refused                              | BrokerError        | transient |
+
+A write that got no reply may have landed: :func:`translated` names the jobs it carried
+(``job_ids``) and raises :class:`OutcomeUnknown` with them, unless the error says the
+connection was never made (refused, a connect timeout, no pooled connection free), when
+nothing was sent. A read that timed out stays a ConnectionFailed: it changed nothing.
 
 A transient fault is retried with capped backoff and the worker stays up; ``reload`` is
 retried at once (the script runners load lockgate's library again when a call
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import redis
@@ -34,9 +40,11 @@ from lockgate.errors import (
     BrokerError,
     ConnectionFailed,
     LockgateError,
+    OutcomeUnknown,
     ScriptError,
     ServerBusy,
 )
+from lockgate.write_deadline import earlier_try
 
 Fault = Literal["transient", "reload", "fatal"]
 # What a Redis call may raise: redis-py's errors, its cluster client's own (which are not
@@ -52,6 +60,15 @@ TRANSIENT_CODES = frozenset(
 )  # fmt: skip
 FATAL_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
 _FUNCTIONS_UNKNOWN = re.compile(r"unknown command [`'](fcall|fcall_ro|function)[`']", re.I)
+
+
+# What redis-py says when a call failed before its command went out: the connect was
+# refused or timed out (redis.connection's _error_message, "Timeout connecting to
+# server"), or no pooled connection came free. Its other connection errors and timeouts
+# (reading, writing, "Connection closed by server") come once the command may have left.
+_NOT_SENT = ("connecting to", "no connection available", "too many connections")
+# Earlier tries of one call looked at (a retry or two: a chain is short).
+MAX_TRIES_SEEN = 8
 
 
 def _code(message: str) -> str:
@@ -82,14 +99,53 @@ def translate(error: redis.RedisError | RedisClusterException | OSError, url: st
     return BrokerError(message)
 
 
+def may_have_landed(error: BaseException) -> bool:
+    """Whether a write that failed so may have reached the server (and run there): its
+    error, or that of an earlier try of the same call (see
+    :func:`lockgate.write_deadline.earlier_try`).
+
+    A cluster client's own error may follow a try that timed out after sending (redis-py
+    retries there by itself), so it counts as landed too.
+    """
+    tried: BaseException | None = error
+    seen = 0
+    while tried is not None and seen < MAX_TRIES_SEEN:
+        if _may_have_landed(tried):
+            return True
+        tried, seen = earlier_try(tried), seen + 1
+    return False
+
+
+def _may_have_landed(error: BaseException) -> bool:
+    if isinstance(error, RedisClusterException):
+        return True
+    if not isinstance(error, redis.ConnectionError | redis.TimeoutError | OSError):
+        return False  # the server replied: an error reply is an answer
+    if isinstance(error, redis.AuthenticationError):
+        return False
+    message = str(error).lower()
+    return not any(words in message for words in _NOT_SENT)
+
+
 @contextlib.contextmanager
-def translated(url: str) -> Iterator[None]:
+def translated(url: str, job_ids: Sequence[str] | None = None) -> Iterator[None]:
     """Turn Redis errors raised inside the block into lockgate's own (``url`` is masked
-    here)."""
+    here).
+
+    Args:
+        url: the URL the block's client talks to.
+        job_ids: for a block that writes jobs (an enqueue), their ids: a failure after the
+            command was sent raises :class:`OutcomeUnknown` carrying them.
+    """
     try:
         yield
     except REDIS_FAULTS as e:
-        raise translate(e, masked(url)) from e
+        error = translate(e, masked(url))
+        if job_ids is not None and isinstance(error, ConnectionFailed | ServerBusy):
+            if may_have_landed(e):
+                reason = error.reason if isinstance(error, ConnectionFailed) else str(error)
+                raise OutcomeUnknown(masked(url), reason, job_ids) from e
+        raise error from e
 
 
 def _refused_inside(message: str) -> bool:

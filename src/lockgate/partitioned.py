@@ -30,7 +30,7 @@ from typing import Any
 
 from lockgate.broker import Delivery, ReadResult, Settlement, translated_replies
 from lockgate.config import Levels
-from lockgate.connections import AsyncClient
+from lockgate.connections import AsyncClient, block_ms
 from lockgate.errors import LockgateError
 from lockgate.faults import translated
 from lockgate.keys import Keys
@@ -215,7 +215,7 @@ class PartitionedConsumer:
     async def wait_for_work(self, timeout: float) -> None:
         # BLPOP's timeout is in seconds, decimals allowed (Redis 6+); 0 would block for ever.
         with translated(self._url):
-            if await self._client.blpop(self._wakeups, timeout=max(0.001, timeout)):
+            if await self._client.blpop(self._wakeups, timeout=block_ms(timeout) / 1000):
                 self.woken += 1
         self._counts = None  # woken or timed out: count again
 

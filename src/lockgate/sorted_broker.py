@@ -40,7 +40,7 @@ from lockgate.broker import (
     translated_replies,
 )
 from lockgate.config import Levels
-from lockgate.connections import AsyncClient
+from lockgate.connections import AsyncClient, block_ms
 from lockgate.errors import SerializationError
 from lockgate.faults import translated
 from lockgate.keys import Keys, SortedKeys
@@ -272,9 +272,7 @@ class SortedConsumer:
         if not self._wake_ids:
             return
         with translated(self._url):
-            if await self._client.xread(
-                dict(self._wake_ids), count=1, block=max(1, int(timeout * 1000))
-            ):
+            if await self._client.xread(dict(self._wake_ids), count=1, block=block_ms(timeout)):
                 self.woken += 1
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:

@@ -232,18 +232,29 @@ class Store:
 
     # script calls
 
-    def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Run script calls in one round trip per node (sync); errors translated."""
+    def run(self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None) -> list[Any]:
+        """Run script calls in one round trip per node (sync); errors translated.
+
+        Args:
+            calls: the script calls.
+            job_ids: for calls that write jobs, their ids (see :func:`translated`).
+
+        Raises:
+            OutcomeUnknown: ``job_ids`` given, and no reply came after the calls were sent.
+            BrokerError: Redis refused, or could not be reached.
+        """
         client, scripts = self.sync_connection()
         self._check_partitions(client)
-        with translated(self.url):
+        with translated(self.url, job_ids):
             return scripts.run_all(calls) if calls else []
 
-    async def run_async(self, calls: Sequence[ScriptCall]) -> list[Any]:
+    async def run_async(
+        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
+    ) -> list[Any]:
         """Async :meth:`run`."""
         client, scripts = await self.async_connection()
         await self.check_partitions_async(client)
-        with translated(self.url):
+        with translated(self.url, job_ids):
             return await scripts.run_all(calls) if calls else []
 
     async def run_soon(self, call: ScriptCall) -> Any:
@@ -255,13 +266,19 @@ class Store:
 
     # jobs
 
-    def enqueue(self, plan: EnqueuePlan) -> list[bool]:
-        """Run an enqueue plan; per job, False when its id was already queued or running.
+    def enqueue(self, plan: EnqueuePlan, job_ids: Sequence[str]) -> list[bool]:
+        """Run an enqueue plan of the jobs ``job_ids``; per job, False when its id was
+        already queued or running.
 
         In a partitioned namespace, then wake as many idle workers as it added jobs (up to
         :data:`WAKEUPS_MAX`): only once the jobs landed, which on a cluster may be
-        another node than the wake-up lists'."""
-        created = plan.created(self.run(plan.calls))
+        another node than the wake-up lists'.
+
+        Raises:
+            OutcomeUnknown: no reply after the plan was sent (the jobs may be queued).
+            BrokerError: Redis refused, or could not be reached.
+        """
+        created = plan.created(self.run(plan.calls, job_ids))
         if (call := self._wakeup_call(plan.wakeups(created))) is not None:
             try:
                 self.run([call])
@@ -269,9 +286,9 @@ class Store:
                 _wakeup_failed(e)
         return created
 
-    async def enqueue_async(self, plan: EnqueuePlan) -> list[bool]:
+    async def enqueue_async(self, plan: EnqueuePlan, job_ids: Sequence[str]) -> list[bool]:
         """Async :meth:`enqueue`."""
-        created = plan.created(await self.run_async(plan.calls))
+        created = plan.created(await self.run_async(plan.calls, job_ids))
         if (call := self._wakeup_call(plan.wakeups(created))) is not None:
             try:
                 await self.run_async([call])

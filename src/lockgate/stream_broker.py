@@ -38,7 +38,7 @@ from lockgate.broker import (
 )
 from lockgate.codec import Job
 from lockgate.config import Levels
-from lockgate.connections import AsyncClient
+from lockgate.connections import AsyncClient, block_ms
 from lockgate.errors import SerializationError
 from lockgate.faults import translated
 from lockgate.keys import GROUP, Keys
@@ -382,9 +382,7 @@ class StreamConsumer:
         if not self._last_ids:
             return
         with translated(self._url):
-            if await self._client.xread(
-                dict(self._last_ids), count=1, block=max(1, int(timeout * 1000))
-            ):
+            if await self._client.xread(dict(self._last_ids), count=1, block=block_ms(timeout)):
                 self.woken += 1
 
     def _marker(self, delivery: Delivery) -> str:

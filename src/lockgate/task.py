@@ -255,7 +255,9 @@ class Task(Generic[P, R]):
             InvalidArguments: the arguments do not fit the task.
             ConfigError: unknown priority, or both delay and eta.
             SerializationError: an argument would not arrive as it is.
-            ConnectionFailed: Redis cannot be reached.
+            OutcomeUnknown: no reply came once the job was sent: it may have been
+                queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
         """
         message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
@@ -282,7 +284,9 @@ class Task(Generic[P, R]):
             InvalidArguments: the arguments do not fit the task.
             ConfigError: unknown priority, or both delay and eta.
             SerializationError: an argument would not arrive as it is.
-            ConnectionFailed: Redis cannot be reached.
+            OutcomeUnknown: no reply came once the job was sent: it may have been
+                queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
         """
         message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs

@@ -187,8 +187,21 @@ class PrivateRedis:
                 self.kill()
         self._process.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its sockets (connects still complete in the
+        kernel's backlog) and answers nothing, as a hung node does."""
+        assert self._process is not None and self._process.poll() is None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a server that :meth:`pause` stopped."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
     def close(self) -> None:
         """Kill the server (a test's server keeps nothing) and close every client."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGCONT)  # a paused server dies on SIGKILL too
         self.kill()
         for client in self._clients:
             client.close()

@@ -25,6 +25,7 @@ EXPECTED = [
     "LockgateError",
     "Message",
     "MissingExtra",
+    "OutcomeUnknown",
     "ResultUnavailable",
     "RetryableError",
     "ScriptError",
@@ -66,10 +67,12 @@ def test_errors_share_one_root() -> None:
         if isinstance(getattr(lockgate, name), type)
         and issubclass(getattr(lockgate, name), BaseException)
     ]
-    assert len(errors) == 20
+    assert len(errors) == 21
     assert issubclass(lockgate.JobCancelled, lockgate.JobFailed)
     assert all(issubclass(error, lockgate.LockgateError) for error in errors)
     assert issubclass(lockgate.ConnectionFailed, lockgate.BrokerError)
+    # A caller that catches ConnectionFailed catches an outcome left unknown too.
+    assert issubclass(lockgate.OutcomeUnknown, lockgate.ConnectionFailed)
     assert issubclass(lockgate.ScriptError, lockgate.BrokerError)
     assert issubclass(lockgate.ServerBusy, lockgate.BrokerError)
     # A refusal that cannot heal is a configuration error: the CLI exits 2 on it.

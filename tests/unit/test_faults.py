@@ -1,20 +1,24 @@
-"""Redis errors are named once (lockgate.faults): transient, reload or fatal. Pure."""
+"""Redis errors are named once (lockgate.faults): transient, reload or fatal, and a write
+without a reply an unknown outcome. Pure."""
 
 from __future__ import annotations
 
 import pytest
 import redis
-from redis.exceptions import NoPermissionError, NoScriptError
+from redis.backoff import NoBackoff
+from redis.exceptions import NoPermissionError, NoScriptError, RedisClusterException
 
 from lockgate.errors import (
     AccessDenied,
     BrokerError,
     ConfigError,
     ConnectionFailed,
+    OutcomeUnknown,
     ScriptError,
     ServerBusy,
 )
-from lockgate.faults import classify, translate
+from lockgate.faults import classify, translate, translated
+from lockgate.write_deadline import ChainedRetry
 
 URL = "redis://:***@h:6379/0"
 
@@ -97,3 +101,101 @@ def test_an_unknown_functions_command_says_which_redis_lockgate_needs() -> None:
     assert "Redis 7.0 or newer" in str(old)
     other = translate(redis.ResponseError("unknown command 'XAUTOCLAIM'"), "r:6379")
     assert "7.0" not in str(other)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.TimeoutError("Timeout reading from socket"),
+        redis.TimeoutError("Timeout writing to socket"),
+        redis.ConnectionError("Connection closed by server."),
+        redis.ConnectionError("Error 104 while writing to socket. Connection reset by peer."),
+        ConnectionResetError(104, "Connection reset by peer"),
+        RedisClusterException("Redis Cluster cannot be connected."),
+    ],
+)
+def test_a_write_without_a_reply_after_sending_is_an_unknown_outcome(error: Exception) -> None:
+    with pytest.raises(OutcomeUnknown) as caught, translated(URL, ["a", "b"]):
+        raise error
+    assert caught.value.job_ids == ("a", "b")
+    assert isinstance(caught.value, ConnectionFailed)
+    assert "may have been queued" in str(caught.value)
+    assert "a, b" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("Error 111 connecting to h:6379. Connection refused."),
+        redis.TimeoutError("Timeout connecting to server"),
+        redis.ConnectionError("No connection available."),
+    ],
+)
+def test_a_write_refused_before_sending_is_a_plain_connection_failure(error: Exception) -> None:
+    with pytest.raises(ConnectionFailed) as caught, translated(URL, ["a"]):
+        raise error
+    assert not isinstance(caught.value, OutcomeUnknown)
+
+
+def test_a_read_that_timed_out_is_a_plain_connection_failure() -> None:
+    with pytest.raises(ConnectionFailed) as caught, translated(URL):
+        raise redis.TimeoutError("Timeout reading from socket")
+    assert not isinstance(caught.value, OutcomeUnknown)
+
+
+def test_a_write_the_server_refused_is_not_an_unknown_outcome() -> None:
+    with pytest.raises(ServerBusy), translated(URL, ["a"]):
+        raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+
+
+def test_an_unknown_outcome_names_a_few_ids_and_keeps_them_all() -> None:
+    ids = [f"job-{n}" for n in range(25)]
+    error = OutcomeUnknown(URL, "Timeout reading from socket", ids)
+    assert error.job_ids == tuple(ids)
+    assert "job-9" in str(error) and "job-10" not in str(error)
+    assert "and 15 more" in str(error)
+
+
+async def retried(*errors: Exception) -> None:
+    """What a client with one retry (as lockgate's async clients) raises when its two
+    tries fail with ``errors``, in the block of an enqueue."""
+    tries = list(errors)
+
+    async def do() -> None:
+        raise tries.pop(0)
+
+    async def fail(error: Exception) -> None:
+        pass
+
+    retry = ChainedRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+    with translated(URL, ["a"]):
+        await retry.call_with_retry(do, fail)
+
+
+async def test_a_retry_refused_after_a_try_that_lost_its_reply_is_an_unknown_outcome() -> None:
+    with pytest.raises(OutcomeUnknown) as caught:
+        await retried(
+            redis.ConnectionError("Connection closed by server."),
+            redis.ConnectionError("Error 111 connecting to h:6379. Connection refused."),
+        )
+    assert caught.value.job_ids == ("a",)
+
+
+async def test_two_refused_connects_are_a_plain_connection_failure() -> None:
+    with pytest.raises(ConnectionFailed) as caught:
+        await retried(
+            redis.ConnectionError("Error 111 connecting to h:6379. Connection refused."),
+            redis.ConnectionError("Error 111 connecting to h:6379. Connection refused."),
+        )
+    assert not isinstance(caught.value, OutcomeUnknown)
+
+
+def test_a_connect_timeout_is_not_taken_for_an_earlier_try() -> None:
+    """redis-py raises it while handling the socket's timeout (its __context__), which
+    says nothing of a command sent."""
+    with pytest.raises(ConnectionFailed) as caught, translated(URL, ["a"]):
+        try:
+            raise TimeoutError("timed out")
+        except TimeoutError:
+            raise redis.TimeoutError("Timeout connecting to server") from None
+    assert not isinstance(caught.value, OutcomeUnknown)
