@@ -164,17 +164,6 @@ class PrivateRedis:
             self._process.send_signal(signal.SIGKILL)
         self._process.wait()
 
-    def pause(self) -> None:
-        """SIGSTOP the server: it hangs, as a frozen VM or a black-holed network would
-        look to its clients (connections stay open, nothing answers)."""
-        assert self._process is not None
-        self._process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused server."""
-        assert self._process is not None
-        self._process.send_signal(signal.SIGCONT)
-
     def stop(self) -> None:
         """Stop the server cleanly (SIGTERM: an AOF is flushed); SIGKILL if it hangs."""
         if self._process is None:
