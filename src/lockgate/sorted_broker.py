@@ -225,7 +225,8 @@ class SortedConsumer:
         result = ReadResult(taken=[0] * len(self._levels.names), dry=[])
         # The running jobs are named only when a lease could have expired by now: a take
         # puts expired leases back, except these (a long list, read for every take).
-        mine = running if time.monotonic() >= self._expiries_from else ()
+        full = time.monotonic() >= self._expiries_from
+        mine = running if full else ()
         earliest: float | None = None
         token, claim_args = read_claim_args(self._claims)
         for queue in queues:
@@ -235,7 +236,7 @@ class SortedConsumer:
                 [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries,
                  q.owners, q.wake, self._keys.paused(), self._keys.liveness()],
                 [free - len(result.deliveries), self._lease_ms, self._consumer,
-                 *self._liveness.args, len(mine), *mine, *claim_args],
+                 *self._liveness.args, int(full), len(mine), *mine, *claim_args],
             )  # fmt: skip
             with translated(self._url):
                 taken, _returned, next_ms, wake_id = await self._scripts.run(call)

@@ -154,13 +154,16 @@ def test_a_reclaimer_whose_own_beats_stalled_takes_nothing(
     assert reclaim(scripts, keys, "rescuer")[0] == 0
 
 
-def sorted_take(scripts: SyncScripts, keys: Keys, consumer: str, lease_ms: int) -> Any:
+def sorted_take(
+    scripts: SyncScripts, keys: Keys, consumer: str, lease_ms: int, *, everything: bool = False
+) -> Any:
+    """take_sorted of one job; ``everything``: the caller names every job it runs (none)."""
     q = keys.sorted_keys("q")
     script_keys = [
         q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
         keys.paused(), keys.liveness(),
     ]  # fmt: skip
-    args = [1, lease_ms, consumer, QUIET_MS, GAP_MS, 0]
+    args = [1, lease_ms, consumer, QUIET_MS, GAP_MS, int(everything), 0]
     return run(scripts, "take_sorted", script_keys, args)
 
 
@@ -184,4 +187,43 @@ def test_sorted_an_expired_lease_of_a_live_worker_is_extended_not_handed_out(
     while now_ms(rclient) - start < LEASE_MS + 50:
         keep_beating(scripts, keys, "other")
     taken, returned, _, _ = sorted_take(scripts, keys, "other", 50)
+    assert taken[0] == b"a" and taken[2] == 2 and returned == 1
+
+
+def test_an_idle_entry_of_the_reclaimer_itself_that_it_does_not_run_is_taken_back(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """A read whose reply was lost (a timeout): the entry is pending for a live worker
+    that does not know it. Kept "for its live owner", it would wait forever."""
+    stream = keys.stream("q", "low")
+    enqueue(scripts, keys, ("a", "low", b"A"), ("b", "low", b"B"))
+    keep_beating(scripts, keys, "w1")
+    lost = read(scripts, keys, 1, [0, 0, 1], consumer="w1")[1][0][1]
+    running = read(scripts, keys, 1, [0, 0, 1], consumer="w1")[1][0][1]
+    wait_until_sync(lambda: idle_ms(rclient, stream, lost) >= 60, message="idle")
+    keep_beating(scripts, keys, "w1")
+    args = [GROUP, "w1", 50, QUIET_MS, GAP_MS, running]  # it names the one it runs
+    index, entry_id, fields, count, _ = run(
+        scripts, "reclaim_stream", [keys.liveness(), stream], args
+    )
+    assert (index, entry_id.decode(), fields, count) == (1, lost, [b"job", b"A"], 2)
+    assert run(scripts, "reclaim_stream", [keys.liveness(), stream], args)[0] == 0
+
+
+def test_sorted_an_expired_lease_of_the_taker_itself_that_it_does_not_run_goes_back(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    q = keys.sorted_keys("q")
+    script_keys = [q.waiting, q.payloads, q.ranks, q.clock, q.wake, q.delayed, keys.job("a")]
+    assert run(scripts, "enqueue_sorted", [*script_keys, keys.job("a")], ["a", 0, "PA", 0, 0])
+    keep_beating(scripts, keys, "w1")
+    assert sorted_take(scripts, keys, "w1", 50)[0][0] == b"a"  # its reply was lost
+    start = now_ms(rclient)
+    wait_until_sync(lambda: now_ms(rclient) - start > 60, message="lease expired")
+    keep_beating(scripts, keys, "w1")
+    # Not naming every job it runs: the lease is kept (extended), as for a live owner.
+    assert sorted_take(scripts, keys, "w1", 50)[0] == []
+    wait_until_sync(lambda: now_ms(rclient) - start > 130, message="lease expired again")
+    keep_beating(scripts, keys, "w1")
+    taken, returned, _, _ = sorted_take(scripts, keys, "w1", 50, everything=True)
     assert taken[0] == b"a" and taken[2] == 2 and returned == 1

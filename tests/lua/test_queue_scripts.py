@@ -122,7 +122,7 @@ def take(scripts: SyncScripts, keys: Keys, q: SortedKeys, limit: int = 10) -> li
         q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
         keys.paused(), keys.liveness(),
     ]  # fmt: skip
-    args = [limit, 30_000, "w1", *LIVENESS_ARGS, 0]
+    args = [limit, 30_000, "w1", *LIVENESS_ARGS, 0, 0]
     taken, _, _, _ = run(scripts, "take_sorted", script_keys, args)
     return list(taken[0::6])
 

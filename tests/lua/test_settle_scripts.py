@@ -406,7 +406,7 @@ class SortedJob:
             "take_sorted",
             [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
              self.keys.paused(), self.keys.liveness()],
-            [1, lease_ms, consumer, *LIVENESS_ARGS, 0],
+            [1, lease_ms, consumer, *LIVENESS_ARGS, 0, 0],
         )  # fmt: skip
         assert taken[0] == b"a", taken
         return bytes(taken[3])
@@ -582,7 +582,7 @@ def test_a_settle_after_the_lease_lapsed_and_the_job_went_back_changes_nothing(
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
          sorted_job.keys.paused(), sorted_job.keys.liveness()],
-        [0, LEASE_MS, "w2", *LIVENESS_ARGS, 0],
+        [0, LEASE_MS, "w2", *LIVENESS_ARGS, 0, 0],
     )  # fmt: skip
     before = sorted_job.state()
     assert before["waiting"] is not None

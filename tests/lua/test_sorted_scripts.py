@@ -91,7 +91,7 @@ def take(
         "take_sorted",
         [q.waiting, q.inflight, q.payloads, q.ranks, q.delayed, q.deliveries, q.owners, q.wake,
          paused_key(q), liveness_key(q)],
-        [limit, lease_ms, consumer, *LIVENESS_ARGS, len(running), *running],
+        [limit, lease_ms, consumer, *LIVENESS_ARGS, 0, len(running), *running],
     )  # fmt: skip
     taken = [Taken(*flat[i : i + 4]) for i in range(0, len(flat), 6)]
     assert all(state == NOT_CLAIMED for state in flat[4::6])  # no idempotent task named

@@ -15,7 +15,9 @@
 --          same min idle (atomic: a heartbeat that got there first wins). Redis 7 drops
 --          entries deleted while pending from the PEL on XCLAIM and returns nothing for
 --          them: the next candidate is tried.
---          One at a time: a reclaimed job runs in its own child process.
+--          An idle entry of the calling worker itself that it does not name as running
+--          (a read whose reply was lost, a run it abandoned) is taken back like a dead
+--          worker's. One at a time: a reclaimed job runs in its own child process.
 -- Returns: {key index or 0, entry id, fields, delivery count, deleted ids dropped}
 --#include _clock
 --#include _liveness
@@ -35,6 +37,9 @@ for k = 2, #KEYS do
     for _, row in ipairs(rows) do
       local id, owner = row[1], row[2]
       if not mine[id] then
+        -- This worker's own entry that it neither runs nor settles: a read whose reply
+        -- was lost (a timeout), or a run it abandoned. It is not kept for a live owner.
+        if owner == consumer then fate[owner] = true end
         if fate[owner] == nil then fate[owner] = owner_dead(alive, owner, now, quiet, gap) end
         if not fate[owner] then
           redis.call('XCLAIM', KEYS[k], group, owner, min_idle, id, 'JUSTID')

@@ -3,7 +3,9 @@
 --       the namespace's paused queues (Keys.paused: a sorted set of queue names), the
 --       liveness set (see _liveness.lua)
 -- ARGV: limit (free slots), lease in ms, consumer name, quiet ms, gap ms (see
---       _liveness.lua), m, then m job ids this worker still
+--       _liveness.lua), all ('1' when the m ids below are every job this worker runs or
+--       settles: an expired lease of its own that is not among them is then put back, a
+--       take whose reply was lost), m, then m job ids this worker still
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
 --       expired leases are left for the worker's next heartbeat, never handed out again;
 --       then the job claims to take (see _read_claim.lua)
@@ -32,14 +34,14 @@
 --#include _marker
 --#include _liveness
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local quiet, gap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local quiet, gap, all = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
 if redis.call('ZSCORE', KEYS[9], queue_of(KEYS[1])) then limit = 0 end
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local mine = {}
-local m = tonumber(ARGV[6])
-for i = 7, 6 + m do mine[ARGV[i]] = true end
-local claims = read_claims(7 + m)
+local m = tonumber(ARGV[7])
+for i = 8, 7 + m do mine[ARGV[i]] = true end
+local claims = read_claims(8 + m)
 local function requeue(from, ids)
   for _, id in ipairs(ids) do
     if not (from == KEYS[2] and mine[id]) then
@@ -56,7 +58,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0
   -- The owner token is '<consumer>:<deliveries>:<server us>' (below).
   local owner = string.match(redis.call('HGET', KEYS[7], id) or '', '^(.*):%d+:%d+$') or ''
   if fate[owner] == nil then fate[owner] = owner_dead(KEYS[10], owner, now, quiet, gap) end
-  if fate[owner] or mine[id] then
+  if fate[owner] or mine[id] or (all and owner == consumer) then
     expired[#expired + 1] = id
   else
     redis.call('ZADD', KEYS[2], deadline, id)
