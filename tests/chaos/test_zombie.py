@@ -157,3 +157,43 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     assert b.stop() == (1, 0, 0), b.tail()
     assert a.text().count("no longer pending for this worker") == 1, a.tail()
     assert started() == [a.popen.pid, b_run]
+
+
+def test_a_task_holding_the_gil_past_the_lease_is_fenced_and_logged(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
+) -> None:
+    """The documented limit: a task holding the GIL in C (a backtracking regular
+    expression) stops every thread of its worker, its liveness beats too, as a stopped
+    process would. The other worker takes the job and runs it; the first one's settle,
+    once its run ends, is refused (fenced), and it logs the stall with the job id."""
+    app = make_app()
+
+    @app.task(retries=0)
+    def greedy(tag: str) -> None: ...
+
+    def key(name: str) -> str:
+        return f"{app.keys.prefix}:test:{name}"
+
+    def started() -> list[int]:
+        return [int(pid) for pid in rclient.lrange(key("started"), 0, -1)]
+
+    def finished() -> list[int]:
+        return [int(pid) for pid in rclient.lrange(key("finished"), 0, -1)]
+
+    a = spawn()
+    wait_until_sync(lambda: "serving queues" in a.text() or not a.alive(), message="A up")
+    b = spawn()
+    wait_until_sync(lambda: "serving queues" in b.text() or not b.alive(), message="B up")
+    assert greedy.enqueue("x", job_id="greedy-1").created
+    wait_until_sync(lambda: len(finished()) == 2, timeout=60, message="both runs ended")
+    first, second = started()
+    assert first in (a.popen.pid, b.popen.pid)
+    holder, other = (a, b) if first == a.popen.pid else (b, a)
+    assert second != first  # taken over: run again in the other worker's child process
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "greedy-1"), message="job id freed")
+    assert holder.stop() == (0, 0, 0), holder.tail()  # fenced: it settled nothing
+    assert other.stop() == (1, 0, 0), other.tail()
+    log = holder.text()
+    assert "its liveness beats were held up" in log and "'greedy-1'" in log, holder.tail()
+    assert "no longer pending for this worker" in log, holder.tail()
+    assert rclient.xlen(app.keys.dead()) == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
 
 from lockgate import App, Worker, WorkerConfig
@@ -35,6 +36,23 @@ def slow(tag: str) -> None:
     client.rpush(record_key("started"), me)
     while not client.blpop([record_key(f"release:{me}")], timeout=1):
         pass
+    client.rpush(record_key("finished"), me)
+
+
+# Catastrophic backtracking: re holds the GIL all along (about 5 s on a quiet machine
+# here, more on a busy one), so no other thread of the process runs meanwhile.
+GREEDY = re.compile(r"(a+)+$")
+
+
+@app.task(retries=0)
+def greedy(tag: str) -> None:
+    """Record this process's pid, hold the GIL in C past the visibility timeout (the first
+    run only: a redelivery runs at once), record the pid as finished."""
+    client = app.client()
+    me = str(os.getpid())
+    first = client.rpush(record_key("started"), me) == 1
+    if first:
+        GREEDY.match("a" * 27 + "b")
     client.rpush(record_key("finished"), me)
 
 
