@@ -43,6 +43,7 @@ RETRY_AFTER = 0.1  # seconds before a failed beat is sent again (capped by the b
 LOG_EVERY = 10.0  # seconds between log lines of beats that keep failing
 SWEEP_EVERY = 600  # beats between sweeps of the records of workers long gone
 SWEEP_AFTER_MS = 3_600_000  # a worker's record lapsed that long ago is removed
+REST = 5.0  # seconds a partition whose beat failed is passed over (with several)
 
 
 class LivenessKeeper:
@@ -74,6 +75,8 @@ class LivenessKeeper:
         self._client: SyncClient | None = None
         self._scripts: SyncScripts | None = None
         self._beats = 0
+        self._resting: dict[str, float] = {}  # partition key -> passed over until (monotonic)
+        self._resting_error: dict[str, LockgateError] = {}
         self._failing_since: float | None = None
         self._logged_failure = 0.0
         self._last_try: float | None = None
@@ -90,11 +93,16 @@ class LivenessKeeper:
         beating from a daemon thread. Blocking: call it from a thread.
 
         Raises:
-            BrokerError: the first beat failed (Redis unreachable, refused).
+            BrokerError: the first beat failed on every partition (Redis unreachable,
+                refused).
         """
         self._client = sync_client(self._url)
         self._scripts = SyncScripts(self._client)
-        self._raise_first(self._send(self.timing.lease))
+        # One partition's primary may be down: the worker still starts, like its reads.
+        first = self._send(self.timing.lease)
+        if all(isinstance(reply, Exception) for reply in first):
+            self._raise_first(first)
+        self.last_ok = time.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"lockgate-liveness-{self._consumer}", daemon=True
         )
@@ -159,11 +167,11 @@ class LivenessKeeper:
                             "served others: it was taken for dead; jobs running here may "
                             "run elsewhere too, and their settles here are refused: %s",
                             self._consumer, lapsed / 1000, _ids(self._running()))  # fmt: skip
-        if self._failing_since is not None and landed:
+        if self._failing_since is not None and len(landed) == len(replies):
             log.info("worker %s: liveness beats land again after %.1fs", self._consumer,
                      time.monotonic() - self._failing_since)  # fmt: skip
             self._failing_since = None
-        self._raise_first(replies)
+        self._raise_first(replies)  # logged, and tried again soon
 
     def _send(self, lease: float, *, sweep: bool = False) -> list[Any]:
         assert self._scripts is not None
@@ -173,15 +181,30 @@ class LivenessKeeper:
             max(1, round(self.timing.gap * 1000)),
             SWEEP_AFTER_MS if sweep else 0,
         ]
-        calls = [ScriptCall("beat", [key], list(args)) for key in self._keys]
-        with translated(self._url):
-            return self._scripts.run_each(calls)
+        # One call per partition, not one pipeline: on a cluster a pipeline that meets a
+        # down primary fails whole, and the partitions of the live ones must still beat.
+        # A partition whose call failed rests REST seconds (each try of a down node may
+        # take redis-py seconds of retries), its beats then failing at once.
+        replies: list[Any] = []
+        now = time.monotonic()
+        for key in self._keys:
+            if self._resting.get(key, 0.0) > now:
+                replies.append(self._resting_error[key])
+                continue
+            try:
+                with translated(self._url):
+                    replies.append(self._scripts.run(ScriptCall("beat", [key], list(args))))
+            except LockgateError as e:
+                if len(self._keys) > 1:
+                    self._resting[key] = time.monotonic() + min(REST, self.timing.lease / 4)
+                    self._resting_error[key] = e
+                replies.append(e)
+        return replies
 
     def _raise_first(self, replies: Sequence[Any]) -> None:
         for reply in replies:
             if isinstance(reply, Exception):
-                with translated(self._url):
-                    raise reply
+                raise reply
 
     def _failed(self, error: Exception) -> None:
         now = time.monotonic()
