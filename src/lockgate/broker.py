@@ -29,7 +29,6 @@ log = get_logger(__name__)
 # A worker's liveness beats: at least this often, and at most (a short lease in tests).
 LONGEST_BEAT = 1.0
 SHORTEST_BEAT = 0.05
-SHORTEST_GAP = 0.25  # seconds of silence of every worker that count as an outage at least
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +38,9 @@ class Liveness:
     A worker is alive for ``lease`` seconds after each beat of its liveness thread, which
     beats every ``beat`` seconds. No beat of any worker for ``gap`` seconds was an outage
     (Redis away, restarted, hung): only once beats have come for a whole ``lease`` after
-    it may a lapsed worker be called dead and its jobs be taken.
+    it may a lapsed worker be called dead and its jobs be taken. The gap must be shorter
+    than any silence that can lapse a live worker (a lease, less the beat it may be
+    behind the latest one and its retry): half the lease, with beats at an eighth.
     """
 
     lease: float
@@ -49,10 +50,11 @@ class Liveness:
     @classmethod
     def of(cls, lease: float) -> Liveness:
         """The timing for a worker whose jobs may be taken ``lease`` seconds after it died
-        (its visibility timeout): beats at a quarter of it (1 s at most), a gap of half
-        of it (at least four beats)."""
-        beat = min(LONGEST_BEAT, max(SHORTEST_BEAT, lease / 4))
-        return cls(lease=lease, beat=beat, gap=max(lease / 2, 4 * beat, SHORTEST_GAP))
+        (its visibility timeout): beats at an eighth of it (1 s at most, 50 ms at least),
+        a gap of half of it (three beats at least: below 0.3 s a lease is too short to
+        tell an outage from a stall, and only tests use such)."""
+        beat = min(LONGEST_BEAT, max(SHORTEST_BEAT, lease / 8))
+        return cls(lease=lease, beat=beat, gap=max(lease / 2, 3 * beat))
 
     @property
     def args(self) -> list[Arg]:

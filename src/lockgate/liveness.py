@@ -108,10 +108,12 @@ class LivenessKeeper:
         )
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop beating and mark the worker as no longer alive (a clean stop: its jobs,
-        if any were left, may be taken at once). Blocking: call it from a thread. Never
-        raises; a last beat that fails leaves the record to lapse by itself."""
+    def stop(self, timeout: float = 5.0, *, leave: bool = True) -> None:
+        """Stop beating and, with ``leave``, mark the worker as no longer alive (a clean
+        stop: its jobs, if any were left, may be taken at once); without it (runs that
+        were abandoned still go on in this process) the record lapses by itself, a lease
+        later. Blocking: call it from a thread. Never raises; a last beat that fails
+        leaves the record to lapse by itself."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -119,7 +121,7 @@ class LivenessKeeper:
                 log.warning("worker %s: its liveness beat does not return; its liveness "
                             "lapses within %.1fs", self._consumer, self.timing.lease)  # fmt: skip
                 return
-        if self._scripts is None:
+        if self._scripts is None or not leave:
             return
         try:
             self._send(0.0)

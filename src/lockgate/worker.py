@@ -576,7 +576,10 @@ class Worker:
         # of that loop can land after the removal and list a stopped worker again).
         await self._registry.close()
         if self._liveness is not None:
-            await asyncio.to_thread(self._liveness.stop)
+            # Sync runs abandoned by a forced stop go on in their threads, and endings
+            # left unsettled are theirs: their jobs are not handed out at once.
+            leave = self.busy_threads == 0 and not len(self._settler)
+            await asyncio.to_thread(self._liveness.stop, leave=leave)
         if self._consumer is not None:
             self.app.store.release_async_client(self._consumer.client)
             await self._consumer.close()

@@ -14,8 +14,8 @@ from lockgate.keys import GROUP, Keys
 from lockgate.lua import ScriptCall, SyncScripts
 from lua.test_stream_scripts import enqueue, idle_ms, pending_consumers, read
 
-LEASE_MS = 300
-GAP_MS = 150
+LEASE_MS = 600
+GAP_MS = 400  # long enough that a pause of this test's loop is no outage
 QUIET_MS = LEASE_MS
 
 
@@ -96,9 +96,11 @@ def test_an_idle_entry_of_a_live_worker_is_kept_for_it_not_reclaimed(
     while now_ms(rclient) - start < QUIET_MS + 50:
         keep_beating(scripts, keys, "busy", "rescuer")
     assert idle_ms(rclient, stream, entry) >= 50
+    idle = idle_ms(rclient, stream, entry)
     assert reclaim(scripts, keys, "rescuer")[0] == 0
     assert pending_consumers(rclient, stream) == {b"busy": 1}
-    assert idle_ms(rclient, stream, entry) < 50  # kept for it: its idle time starts over
+    # Left alone, not reset: taken as soon as its worker is known dead.
+    assert idle_ms(rclient, stream, entry) >= idle
 
 
 def test_an_entry_of_a_worker_whose_liveness_lapsed_while_redis_served_is_reclaimed(
@@ -144,14 +146,18 @@ def test_after_an_outage_nobody_is_reclaimed_until_every_worker_had_a_lease_to_b
 def test_a_reclaimer_whose_own_beats_stalled_takes_nothing(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    """No beat within the gap, not even the reclaimer's own: nothing is known."""
+    """Others beat, but the rescuer's own record lapsed: it may be the one cut off, so it
+    decides nothing, whatever the others' records say."""
     enqueue(scripts, keys, ("a", "low", b"A"))
     keep_beating(scripts, keys, "dead", "rescuer")
     read(scripts, keys, 1, [0, 0, 1], consumer="dead")
     rclient.zadd(keys.liveness(), {"~since": 0})  # serving for long, as far as it knows
     start = now_ms(rclient)
-    wait_until_sync(lambda: now_ms(rclient) - start > LEASE_MS + GAP_MS, message="stall")
+    while now_ms(rclient) - start < LEASE_MS + 50:  # only a third worker beats
+        keep_beating(scripts, keys, "third")
     assert reclaim(scripts, keys, "rescuer")[0] == 0
+    keep_beating(scripts, keys, "rescuer")  # its beats land again: now it may
+    assert reclaim(scripts, keys, "rescuer")[0] == 1
 
 
 def sorted_take(
@@ -181,7 +187,8 @@ def test_sorted_an_expired_lease_of_a_live_worker_is_extended_not_handed_out(
         keep_beating(scripts, keys, "busy", "other")
     taken, returned, next_ms, _ = sorted_take(scripts, keys, "other", 50)
     assert (taken, returned) == ([], 0)
-    assert 0 < next_ms <= 50  # extended by a lease on its behalf, not left expired
+    # Kept for it until its record ends (it beat just now), not left expired.
+    assert 0 < next_ms <= LEASE_MS
     # It stops beating: once its liveness lapsed, the job goes to the other worker.
     start = now_ms(rclient)
     while now_ms(rclient) - start < LEASE_MS + 50:
@@ -223,7 +230,8 @@ def test_sorted_an_expired_lease_of_the_taker_itself_that_it_does_not_run_goes_b
     keep_beating(scripts, keys, "w1")
     # Not naming every job it runs: the lease is kept (extended), as for a live owner.
     assert sorted_take(scripts, keys, "w1", 50)[0] == []
-    wait_until_sync(lambda: now_ms(rclient) - start > 130, message="lease expired again")
-    keep_beating(scripts, keys, "w1")
+    kept_until = rclient.zscore(keys.sorted_keys("q").inflight, "a")
+    while now_ms(rclient) <= kept_until:  # kept until its record's end: it keeps beating
+        keep_beating(scripts, keys, "w1")
     taken, returned, _, _ = sorted_take(scripts, keys, "w1", 50, everything=True)
     assert taken[0] == b"a" and taken[2] == 2 and returned == 1

@@ -9,17 +9,25 @@
 --   ~since      the ms from which beats have come without a gap (no beat for longer than
 --               the beating worker's tolerance: Redis was down, restarted from disk, hung,
 --               or cut off from every worker, or every worker was down)
--- owner_dead(key, consumer, now, quiet, gap) is true only when the consumer's liveness
--- lapsed while beats have come for at least `quiet` ms without a gap (every live worker
--- had a full period to check in after an outage) and the caller's own worker beat within
--- `gap` ms (a reclaimer whose own beats stall decides nothing). A consumer the hash never
--- saw (a worker of an older release) counts as lapsed: its jobs are reclaimed as before,
--- by their idle time alone.
-local function owner_dead(key, consumer, now, quiet, gap)
+-- owner_fate(key, owner, caller, now, quiet, gap) returns {dead, until}: dead is true
+-- only when the owner's liveness lapsed while beats have come for at least `quiet` ms
+-- without a gap (every live worker had a full period to check in after an outage), the
+-- latest beat of any worker is at most `gap` ms old, and the caller's own record is
+-- current (a caller whose own beats fail decides nothing: it may be the one cut off).
+-- A worker the set never saw (one of an older release) counts as lapsed: its jobs are
+-- reclaimed as before, by their idle time alone. until = the server ms from which the
+-- owner could be judged dead, when it is not now (its record's end, or the end of the
+-- quiet period): a lease kept for it is kept that long, not a lease longer.
+local function owner_fate(key, owner, caller, now, quiet, gap)
   local pulse = tonumber(redis.call('ZSCORE', key, '~pulse'))
   local since = tonumber(redis.call('ZSCORE', key, '~since'))
-  local alive_until = tonumber(redis.call('ZSCORE', key, consumer))
-  if not pulse or not since then return false end
-  if now - pulse > gap or now - since < quiet then return false end
-  return not alive_until or alive_until < now
+  local alive_until = tonumber(redis.call('ZSCORE', key, owner))
+  local mine = tonumber(redis.call('ZSCORE', key, caller))
+  if not pulse or not since or now - pulse > gap then return {false, now + quiet} end
+  if mine and mine < now then return {false, now + quiet} end
+  local judged = math.max(since + quiet, alive_until or 0)
+  if judged > now or (alive_until and alive_until >= now) then
+    return {false, math.max(judged, now + 1)}
+  end
+  return {true, now}
 end

@@ -10,8 +10,8 @@
 --          An entry idle that long whose worker is alive (its event loop is blocked, or it
 --          runs the job in a thread holding up its heartbeats) or whose death is not
 --          known yet (Redis was away: every worker gets a full period to check in) is
---          kept for its worker: XCLAIM ... JUSTID to that same worker resets its idle time
---          and counts no delivery. An entry of a dead worker is taken with XCLAIM with the
+--          left alone (its idle time is not reset, so it is taken as soon as its worker
+--          is known dead). An entry of a dead worker is taken with XCLAIM with the
 --          same min idle (atomic: a heartbeat that got there first wins). Redis 7 drops
 --          entries deleted while pending from the PEL on XCLAIM and returns nothing for
 --          them: the next candidate is tried.
@@ -30,7 +30,8 @@ for i = 6, #ARGV do mine[ARGV[i]] = true end
 local fate = {}  -- consumer -> dead or not, asked once per call
 local dropped = 0
 for k = 2, #KEYS do
-  local rows = redis.pcall('XPENDING', KEYS[k], group, 'IDLE', min_idle, '-', '+', 16 + #ARGV)
+  -- Room for the idle entries of live workers (blocked loops) ahead of a dead one's.
+  local rows = redis.pcall('XPENDING', KEYS[k], group, 'IDLE', min_idle, '-', '+', 256 + #ARGV)
   if type(rows) == 'table' and rows.err then
     if not string.find(rows.err, 'NOGROUP', 1, true) then return redis.error_reply(rows.err) end
   else
@@ -40,10 +41,10 @@ for k = 2, #KEYS do
         -- This worker's own entry that it neither runs nor settles: a read whose reply
         -- was lost (a timeout), or a run it abandoned. It is not kept for a live owner.
         if owner == consumer then fate[owner] = true end
-        if fate[owner] == nil then fate[owner] = owner_dead(alive, owner, now, quiet, gap) end
-        if not fate[owner] then
-          redis.call('XCLAIM', KEYS[k], group, owner, min_idle, id, 'JUSTID')
-        else
+        if fate[owner] == nil then
+          fate[owner] = owner_fate(alive, owner, consumer, now, quiet, gap)[1]
+        end
+        if fate[owner] then
           local claimed = redis.call('XCLAIM', KEYS[k], group, consumer, min_idle, id)
           if #claimed > 0 and claimed[1] then
             local fields = claimed[1][2]

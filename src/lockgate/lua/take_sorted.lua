@@ -12,7 +12,8 @@
 -- Touches: moves due delayed jobs to waiting, and jobs whose lease expired and whose worker
 --          is known dead (see _liveness.lua) from inflight back to waiting, both at their
 --          stored rank; an expired lease of a worker that is alive, or whose death is not
---          known yet (Redis was away), is extended by a lease on its behalf; then moves
+--          known yet (Redis was away), is extended on its behalf until it can be judged
+--          again (its record's end, or the end of the quiet period); then moves
 --          up to limit jobs from waiting to inflight, scored by their lease deadline, counts
 --          each delivery and records the take's owner token (consumer, delivery count,
 --          server time) in owners: only that take may settle or extend the job. Nothing is
@@ -57,11 +58,14 @@ local expired, fate = {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
   -- The owner token is '<consumer>:<deliveries>:<server us>' (below).
   local owner = string.match(redis.call('HGET', KEYS[7], id) or '', '^(.*):%d+:%d+$') or ''
-  if fate[owner] == nil then fate[owner] = owner_dead(KEYS[10], owner, now, quiet, gap) end
-  if fate[owner] or mine[id] or (all and owner == consumer) then
+  if fate[owner] == nil then
+    fate[owner] = (all and owner == consumer) and {true, now}
+      or owner_fate(KEYS[10], owner, consumer, now, quiet, gap)
+  end
+  if fate[owner][1] or mine[id] then
     expired[#expired + 1] = id
-  else
-    redis.call('ZADD', KEYS[2], deadline, id)
+  else  -- kept for its worker until it can be judged again
+    redis.call('ZADD', KEYS[2], string.format('%.0f', fate[owner][2]), id)
   end
 end
 requeue(KEYS[2], expired)
