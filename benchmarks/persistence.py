@@ -4,7 +4,8 @@ Each scenario runs on private ``redis-server`` processes (free ports, a temporar
 directory; the shared server on 6379 is never touched), with one in-process worker
 (concurrency 8, visibility timeout 1 s) and a producer in the same event loop that
 enqueues ``--jobs`` jobs of each of three kinds, one of each kind per call, at about
-``--rate`` jobs/s, retrying a call that failed (same job ids) until it is acknowledged:
+each of ``--rates`` jobs/s in turn (150: the worker keeps up; 1500: a backlog builds up),
+retrying a call that failed (same job ids) until it is acknowledged:
 
 - **plain**: a sync task whose effect is an ``INSERT`` into PostgreSQL;
 - **Redis claim**: the same task with ``idempotent=True`` (claim and done marker in Redis);
@@ -691,36 +692,44 @@ def cost_table(cost: dict[str, tuple[float, float]]) -> str:
 
 
 def section(
-    trials: dict[str, list[Trial]], cost: dict[str, tuple[float, float]],
+    runs: dict[float, dict[str, list[Trial]]], cost: dict[str, tuple[float, float]],
     settings: argparse.Namespace, about: dict[str, Any],
 ) -> str:  # fmt: skip
     load = " / ".join(str(x) for x in about["load_average"])
-    n = len(next(iter(trials.values())))
-    waits = [t.wait for t in trials.get("failover-wait", [])]
-    calls, short = sum(w.calls for w in waits), sum(w.short for w in waits)
+    names = settings.names
+    rates = ",".join(f"{rate:g}" for rate in runs)
+    steady = next(iter(runs))
+    parts = []
+    for rate, trials in runs.items():
+        waits = [t.wait for t in trials.get("failover-wait", [])]
+        calls, short = sum(w.calls for w in waits), sum(w.short for w in waits)
+        what = "the worker keeps up" if rate == steady else "a backlog builds up"
+        parts += [
+            f"**Enqueued at about {rate:g} jobs/s** ({what}):", "", table(trials), "",
+            *([f"In `failover-wait`, {short} of {calls} pipelines' `WAIT` came back short "
+               f"(no replica had it within 1 s) and were sent again.", ""] if waits else []),
+        ]  # fmt: skip
     return "\n".join([
         BEGIN, "",
         f"Measured {about['date']} with `python -m benchmarks.persistence --jobs "
-        f"{settings.jobs} --trials {settings.trials}` (lockgate {about['lockgate']}, "
-        f"{about['redis']}, PostgreSQL 15; {about['nproc']} cores of a shared VM, "
-        f"{about['cpu']}, load average at start {load}). Per scenario, {n} trial(s) of "
-        f"{settings.jobs} jobs of each kind enqueued at about {settings.rate:g} jobs/s "
-        f"while one worker (concurrency {CONCURRENCY}) runs them; the fault strikes "
-        f"once half the jobs are acknowledged. A cell is the sum over the trials, each "
-        f"trial's figure in brackets. **Lost**: enqueue acknowledged, no effect ever. "
-        f"**Doubled**: the effect happened twice or more. **Ran again**: the task ran "
-        f"more than once (for the PostgreSQL claim the later run found the claim and did "
-        f"nothing).",
+        f"{settings.jobs} --trials {settings.trials} --rates {rates}` (lockgate "
+        f"{about['lockgate']}, {about['redis']}, PostgreSQL 15; {about['nproc']} cores of "
+        f"a shared VM, {about['cpu']}, load average at start {load}). Per scenario and "
+        f"rate, {settings.trials} trial(s) of {settings.jobs} jobs of each kind, enqueued "
+        f"while one worker (concurrency {CONCURRENCY}, about 150-300 jobs/s here) runs "
+        f"them; the fault strikes once half the jobs are acknowledged. A cell is the sum "
+        f"over the trials, each trial's figure in brackets. **Lost**: enqueue "
+        f"acknowledged, no effect ever. **Doubled**: the effect happened twice or more. "
+        f"**Ran again**: the task ran more than once (for the PostgreSQL claim the later "
+        f"run found the claim and did nothing).",
         "",
         "| scenario | what happens |",
         "|---|---|",
-        *(f"| `{name}` | {what} |" for name, what in SCENARIOS.items() if name in trials),
+        *(f"| `{name}` | {SCENARIOS[name]} |" for name in names),
         "",
-        table(trials), "",
-        f"In `failover-wait`, {short} of {calls} pipelines' `WAIT` returned short (its "
-        f"1 s timeout passed without the replica: while there was none).", "",
-        f"What `WAIT 1` costs, no-op jobs on a primary and one replica (no fault), "
-        f"{settings.cost_jobs} jobs, median of {settings.trials} runs in turn:", "",
+        *parts,
+        f"What `WAIT 1` costs, no-op jobs on a primary and one replica over loopback (no "
+        f"fault), {settings.cost_jobs} jobs, median of {settings.trials} runs in turn:", "",
         cost_table(cost), "",
         END,
     ])  # fmt: skip
@@ -746,7 +755,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description="What a Redis crash or failover loses or doubles, per job kind.",
     )
     parser.add_argument("--jobs", type=int, default=200, help="jobs of each kind (200)")
-    parser.add_argument("--rate", type=float, default=150.0, help="enqueue jobs/s (150)")
+    parser.add_argument("--rates", default="150,1500", help="enqueue jobs/s, each (150,1500)")
     parser.add_argument("--trials", type=int, default=3, help="trials per scenario (3)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="which, by name")
     parser.add_argument("--cost-jobs", type=int, default=3000, help="jobs of the WAIT cost")
@@ -756,7 +765,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     settings.quiet, settings.sweep = QUIET, SWEEP
     if settings.smoke:
         settings.jobs, settings.trials, settings.cost_jobs = 30, 1, 300
-        settings.rate, settings.quiet, settings.sweep = 300.0, 1.0, 1.5
+        settings.rates, settings.quiet, settings.sweep = "300", 1.0, 1.5
+    settings.rate_list = [float(rate) for rate in settings.rates.split(",")]
     settings.names = [name for name in settings.scenarios.split(",") if name]
     unknown = set(settings.names) - set(SCENARIOS)
     if unknown:
@@ -769,24 +779,28 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.CRITICAL)  # the outages' errors are expected
     about = {**machine.describe(), "redis": redis_version()}
     prepare_tables()
-    trials: dict[str, list[Trial]] = {name: [] for name in settings.names}
+    runs = {rate: {name: list[Trial]() for name in settings.names} for rate in settings.rate_list}
     for n in range(settings.trials):
-        for name in settings.names:
-            found = asyncio.run(
-                trial(name, settings.jobs, settings.rate, settings.quiet, settings.sweep)
-            )
-            trials[name].append(found)
-            summary = ", ".join(
-                f"{kind} {c['lost']} lost {c['doubled']} doubled {c['again']} again"
-                for kind, c in found.counts.items()
-            )
-            print(f"trial {n + 1} {name} ({found.seconds:.1f} s): {summary}", flush=True)
+        for rate, trials in runs.items():
+            for name in settings.names:
+                found = asyncio.run(
+                    trial(name, settings.jobs, rate, settings.quiet, settings.sweep)
+                )
+                trials[name].append(found)
+                summary = ", ".join(
+                    f"{kind} {c['lost']} lost {c['doubled']} doubled {c['again']} again"
+                    for kind, c in found.counts.items()
+                )
+                print(f"trial {n + 1} {name} at {rate:g}/s ({found.seconds:.1f} s): {summary}",
+                      flush=True)  # fmt: skip
     started = time.monotonic()
     cost = asyncio.run(wait_cost(settings.cost_jobs, settings.trials))
     print(f"WAIT cost in {time.monotonic() - started:.1f} s")
-    print("\n" + table(trials) + "\n\n" + cost_table(cost))
+    for rate, trials in runs.items():
+        print(f"\nenqueued at {rate:g} jobs/s\n" + table(trials))
+    print("\n" + cost_table(cost))
     if not (settings.smoke or settings.no_write):
-        write_section(section(trials, cost, settings, about))
+        write_section(section(runs, cost, settings, about))
         print(f"\nwrote the measured table in {os.path.relpath(DOCS)}")
 
 
