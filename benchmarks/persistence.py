@@ -515,8 +515,14 @@ async def until_quiet(run: str, expected: int, quiet: float) -> None:
         await asyncio.sleep(0.1)
 
 
+CLAIM_LEASE = [30.0]  # the worker's claim lease (--claim-lease); lockgate's default
+
+
 async def serve(app: App, during: Callable[[], Awaitable[None]]) -> None:
-    worker = Worker(app, WorkerConfig(concurrency=CONCURRENCY, visibility_timeout=VISIBILITY))
+    config = WorkerConfig(
+        concurrency=CONCURRENCY, visibility_timeout=VISIBILITY, claim_lease=CLAIM_LEASE[0]
+    )
+    worker = Worker(app, config)
     serving = asyncio.create_task(worker.run())
     try:
         await during()
@@ -759,6 +765,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=3, help="trials per scenario (3)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="which, by name")
     parser.add_argument("--cost-jobs", type=int, default=3000, help="jobs of the WAIT cost")
+    parser.add_argument("--claim-lease", type=float, default=30.0, help="claim lease s (30)")
     parser.add_argument("--smoke", action="store_true", help="tiny and fast, docs untouched")
     parser.add_argument("--no-write", action="store_true", help="leave the docs untouched")
     settings = parser.parse_args(argv)
@@ -776,6 +783,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
+    CLAIM_LEASE[0] = settings.claim_lease
     logging.basicConfig(level=logging.CRITICAL)  # the outages' errors are expected
     about = {**machine.describe(), "redis": redis_version()}
     prepare_tables()
