@@ -120,14 +120,17 @@ class LeaseKeeper:
             if app is None:
                 return
             if claims:
-                failed = not self._renew(app, claims, logged=not failed)
+                failed = not self._renew(app, claims, after_failure=failed)
             else:
                 failed = False
 
-    def _renew(self, app: App, claims: Iterable[Claim], *, logged: bool = True) -> bool:
-        """Renew the live claims; False when the call failed (logged once per outage)."""
+    def _renew(self, app: App, claims: Iterable[Claim], *, after_failure: bool = False) -> bool:
+        """Renew the live claims; False when the call failed (logged once per outage).
+        After a failure (Redis away) a claim that lapsed meanwhile is taken back."""
         live = [c for c in claims if c.token in self._claims]
-        calls = [c.settle_call("renew", c.lease) for c in live]
+        action = "retake" if after_failure else "renew"
+        calls = [c.settle_call(action, c.lease) for c in live]
+        logged = not after_failure
         try:
             replies = app.store.run(calls)
         except Exception as e:  # keep renewing the others next round

@@ -17,7 +17,9 @@ local lease, gap, sweep = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]
 local pulse = tonumber(redis.call('ZSCORE', key, '~pulse'))
 local previous = tonumber(redis.call('ZSCORE', key, consumer))
 local ended_gap = 0
-if not pulse or now - pulse > gap then
+-- A pulse ahead of now: the server's clock went back (an NTP step, a failover to a node
+-- whose clock is behind). Nothing about the past is known: a gap too.
+if not pulse or now - pulse > gap or pulse > now then
   redis.call('ZADD', key, now, '~since')
   ended_gap = 1
 end
