@@ -121,7 +121,11 @@ class LivenessKeeper:
                 log.warning("worker %s: its liveness beat does not return; its liveness "
                             "lapses within %.1fs", self._consumer, self.timing.lease)  # fmt: skip
                 return
-        if self._scripts is None or not leave:
+        if self._scripts is None:
+            return
+        if not leave:
+            if self._client is not None:
+                self._client.close()
             return
         try:
             self._send(0.0)
