@@ -58,6 +58,25 @@ class Proc:
         return done, retried, dead
 
 
+class Records:
+    """What the workers' runs recorded (see zombie_app.record_key): pids, in order."""
+
+    def __init__(self, app: App, rclient: redis.Redis) -> None:
+        self._app, self._rclient = app, rclient
+
+    def key(self, name: str) -> str:
+        return f"{self._app.keys.prefix}:test:{name}"
+
+    def _pids(self, name: str) -> list[int]:
+        return [int(pid) for pid in self._rclient.lrange(self.key(name), 0, -1)]
+
+    def started(self) -> list[int]:
+        return self._pids("started")
+
+    def finished(self) -> list[int]:
+        return self._pids("finished")
+
+
 @pytest.fixture
 def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[[], Proc]]:
     """Start ``zombie_app.py`` workers; any still running at teardown are resumed and killed."""
@@ -91,14 +110,8 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     @app.task(retries=0)
     def slow(tag: str) -> None: ...
 
-    def key(name: str) -> str:
-        return f"{app.keys.prefix}:test:{name}"
-
-    def started() -> list[int]:
-        return [int(pid) for pid in rclient.lrange(key("started"), 0, -1)]
-
-    def finished() -> list[int]:
-        return [int(pid) for pid in rclient.lrange(key("finished"), 0, -1)]
+    records = Records(app, rclient)
+    key, started, finished = records.key, records.started, records.finished
 
     def owners() -> list[str]:
         rows = rclient.xpending_range(stream, GROUP, "-", "+", 10)
@@ -171,14 +184,8 @@ def test_a_task_holding_the_gil_past_the_lease_is_fenced_and_logged(
     @app.task(retries=0)
     def greedy(tag: str) -> None: ...
 
-    def key(name: str) -> str:
-        return f"{app.keys.prefix}:test:{name}"
-
-    def started() -> list[int]:
-        return [int(pid) for pid in rclient.lrange(key("started"), 0, -1)]
-
-    def finished() -> list[int]:
-        return [int(pid) for pid in rclient.lrange(key("finished"), 0, -1)]
+    records = Records(app, rclient)
+    started, finished = records.started, records.finished
 
     a = spawn()
     wait_until_sync(lambda: "serving queues" in a.text() or not a.alive(), message="A up")
