@@ -237,11 +237,11 @@ def sync_client(url: str, *, cluster: bool | None = None) -> SyncClient:
     """
     address = _address(url)
     if address.kind == "sentinel":
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             address.hosts, sentinel_kwargs=_sentinel_keywords(address, SOCKET_TIMEOUT)
         )
         assert address.service is not None
-        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
             address.service,
             redis_class=SentinelPrimary,
             **_primary_keywords(address, SOCKET_TIMEOUT),
@@ -432,7 +432,7 @@ class AsyncSentinelPrimary(aioredis.Redis):
 
 
 def _async_sentinel(address: Address, socket_timeout: float | None, size: int) -> aioredis.Redis:
-    sentinel = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = aiosentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         address.hosts, sentinel_kwargs=_sentinel_keywords(address, socket_timeout)
     )
     assert address.service is not None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import uuid
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -14,6 +16,39 @@ from lockgate.keys import Keys
 if TYPE_CHECKING:
     from lockgate.app import App
     from lockgate.idempotency import Claim
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The worker process whose runs hold the claims made in them.
+
+    Such a claim is taken from it only once it is known dead (its liveness record lapsed
+    while Redis served, see :mod:`lockgate.liveness`), not merely because the claim's
+    lease lapsed while Redis was away: its value names the worker and its liveness timing
+    (:meth:`token`).
+
+    Attributes:
+        consumer: the worker's consumer name (what its liveness beats name).
+        quiet_ms: its liveness lease, in ms (beats must come that long after an outage
+            before it can be judged dead).
+        gap_ms: the longest silence of every worker that is not an outage, in ms.
+        pid: the worker's process (a claim made in a child process is not held this way:
+            the child may die while the worker lives).
+    """
+
+    consumer: str
+    quiet_ms: int
+    gap_ms: int
+    pid: int = field(default_factory=os.getpid)
+
+    def token(self, hold_ms: int) -> str:
+        """A new owner token for a claim held by this worker: the claim outlives its lease
+        by ``hold_ms`` (see ``lua/_take_claim.lua``)."""
+        return f"w{hold_ms}.{self.quiet_ms}.{self.gap_ms}.{uuid.uuid4().hex}.{self.consumer}"
+
+    def here(self) -> bool:
+        """Whether the caller runs in the worker's own process."""
+        return self.pid == os.getpid()
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +65,7 @@ class JobContext:
         retry_window: longest span of the task's retry delays, in seconds.
         idempotency_ttl: the task's done-marker TTL, the default of its steps.
         done_markers: expiry times of the done markers this run wrote.
+        holder: the worker that holds the claims made in this run (None in eager runs).
         cancelled: whether ``App.cancel`` asked this run to stop. An async run also gets
             ``CancelledError`` at its next await; a sync one should look now and then:
             raising anything then ends the job cancelled, returning ends it done.
@@ -46,6 +82,7 @@ class JobContext:
     idempotency_ttl: float = 86_400.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
     done_markers: list[float] = field(default_factory=list, repr=False)
+    holder: Holder | None = field(default=None, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property

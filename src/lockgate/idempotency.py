@@ -15,18 +15,19 @@ Redis is consulted first as a cache, and a done marker is refilled from the data
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from lockgate.config import seconds
 from lockgate.context import running_job
-from lockgate.errors import AlreadyProcessed, ClaimBusy, ConfigError, StepDone
+from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
 from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall
 
@@ -39,6 +40,11 @@ MAX_KEY_BYTES = 512
 DEFAULT_TTL = 86_400.0
 DEFAULT_LEASE = 30.0
 RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
+LAPSED = -2  # idem_claim's answer: a worker's claim whose lease lapsed; judge its holder
+JUDGE_ROUNDS = 3  # judge-and-take rounds before a claim that keeps changing counts as busy
+# The value of a claim held by a worker (lockgate.context.Holder.token): hold, quiet and
+# gap ms, a random part, the worker's consumer name.
+_HELD = re.compile(r"c:w\d+\.(\d+)\.(\d+)\.[0-9a-f]+\.(.+)", re.DOTALL)
 
 
 def check_key(key: str) -> str:
@@ -69,11 +75,15 @@ def check_ttl(key: str, ttl: float, retry_window: float) -> None:
 
 
 class LeaseKeeper:
-    """One daemon thread per App that renews the leases of live claims."""
+    """One daemon thread per App that renews the leases of live claims, and sends again
+    the settles of claims whose own settle failed (Redis away): a worker's claim is not
+    left to its long hold (see :class:`lockgate.context.Holder`) because its release or
+    done marker was lost."""
 
     def __init__(self, app: App) -> None:
         self._app = weakref.ref(app)
         self._claims: dict[str, Claim] = {}
+        self._unsettled: dict[str, tuple[Claim, str]] = {}  # token -> claim, action
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -84,21 +94,34 @@ class LeaseKeeper:
             self._claims[claim.token] = claim
             if claim.lease < self._interval * 3:
                 self._wake.set()  # a shorter lease than the thread is sleeping for
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="lockgate-lease-keeper", daemon=True
-                )
-                self._thread.start()
+            self._start()
 
     def remove(self, claim: Claim) -> None:
         with self._lock:
             self._claims.pop(claim.token, None)
+
+    def settle_later(self, claim: Claim, action: str) -> None:
+        """Send ``action`` ('done', 'release') for ``claim`` until it lands: its own
+        settle failed. Compare-and-set on the token, so a late one changes nothing that
+        is no longer the claim's."""
+        with self._lock:
+            self._unsettled[claim.token] = (claim, action)
+            self._wake.set()
+            self._start()
+
+    def _start(self) -> None:  # under the lock
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="lockgate-lease-keeper", daemon=True
+            )
+            self._thread.start()
 
     def _after_fork_in_child(self) -> None:
         """Start afresh in a forked child (called by the App's at-fork hook)."""
         # Another parent thread may have held the lock or the event's; the parent's
         # claims are the parent's to renew; the parent's thread does not exist here.
         self._claims = {}
+        self._unsettled = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
@@ -109,27 +132,38 @@ class LeaseKeeper:
         while True:
             with self._lock:
                 claims = list(self._claims.values())
+                unsettled = list(self._unsettled.values())
                 self._interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
             # A renewal that failed (Redis away) is tried again soon, not a third of the
             # lease later: an outage shorter than the lease then never lapses a claim.
-            wait = min(self._interval, RENEW_RETRY) if failed else self._interval
+            soon = failed or unsettled
+            wait = min(self._interval, RENEW_RETRY) if soon else self._interval
             if self._wake.wait(wait):
                 self._wake.clear()
                 continue  # a claim with a shorter lease came: sleep by its measure
             app = self._app()
             if app is None:
                 return
-            if claims:
-                failed = not self._renew(app, claims, after_failure=failed)
+            if claims or unsettled:
+                failed = not self._renew(app, claims, unsettled, after_failure=failed)
             else:
                 failed = False
 
-    def _renew(self, app: App, claims: Iterable[Claim], *, after_failure: bool = False) -> bool:
-        """Renew the live claims; False when the call failed (logged once per outage).
-        After a failure (Redis away) a claim that lapsed meanwhile is taken back."""
+    def _renew(
+        self,
+        app: App,
+        claims: Iterable[Claim],
+        unsettled: Iterable[tuple[Claim, str]] = (),
+        *,
+        after_failure: bool = False,
+    ) -> bool:
+        """Renew the live claims and send the settles that failed; False when the call
+        failed (logged once per outage). After a failure (Redis away) a claim that lapsed
+        meanwhile is taken back."""
         live = [c for c in claims if c.token in self._claims]
         action = "retake" if after_failure else "renew"
-        calls = [c.settle_call(action, c.lease) for c in live]
+        calls = [c.settle_call(action, c.renewal) for c in live]
+        calls += [claim.settle_call(done, claim.ttl) for claim, done in unsettled]
         logged = not after_failure
         try:
             replies = app.store.run(calls)
@@ -138,11 +172,18 @@ class LeaseKeeper:
                 log.error("renewing %d idempotency leases failed: %s; retrying every "
                           "%.1fs", len(calls), e, RENEW_RETRY)  # fmt: skip
             return False
-        for claim, kept in zip(live, replies, strict=True):
+        for claim, kept in zip(live, replies[: len(live)], strict=True):
             if not kept:
                 claim.lost = True
+                self.remove(claim)  # nothing to renew any more: said once
                 log.error("lost the claim on %s: its lease lapsed and may be taken over",
                           claim.key)  # fmt: skip
+        for (claim, done), kept in zip(unsettled, replies[len(live) :], strict=True):
+            with self._lock:
+                self._unsettled.pop(claim.token, None)
+            # Not kept: the failed try may have landed after all (its reply was lost).
+            log.info("claim on %s: %s sent again after it failed (%s)", claim.key, done,
+                     "applied" if kept else "already settled or taken over")  # fmt: skip
         return True
 
 
@@ -219,7 +260,20 @@ class Claim:
         self.app = app
         self.conn = conn
         self.step = step
-        self.token = token or uuid.uuid4().hex
+        job = running_job()
+        # A user claim made in a worker's run is held by that worker: it outlives its
+        # lease, for as long as its done marker would, and is taken over only once the
+        # worker is known dead (see lua/_take_claim.lua). A job's own claim follows its
+        # job, which is taken from a worker only once it is known dead.
+        holder = job.holder if job is not None and job_id is None else None
+        self._holder = holder if holder is not None and holder.here() else None
+        self._caller = "" if self._holder is None else self._holder.consumer
+        hold = 0.0 if self._holder is None or token is not None else self.ttl
+        if token is None:
+            held = self._holder
+            token = uuid.uuid4().hex if held is None else held.token(round(hold * 1000))
+        self.token = token
+        self.renewal = self.lease + hold  # what a renewal extends the claim's expiry to
         self.lost = False
         # Read once: the claim and its settle agree on where and how markers are written.
         # A user claim with an older name is placed by it: both share one slot.
@@ -280,18 +334,62 @@ class Claim:
         ]  # fmt: skip
         return ScriptCall("idem_settle", keys, args)
 
-    def claim_call(self) -> ScriptCall:
-        """The script call that takes this claim (its reply goes to :meth:`taken`)."""
+    def claim_call(self, expect: str = "") -> ScriptCall:
+        """The script call that takes this claim (its reply goes to :meth:`taken`);
+        ``expect``: the value of a lapsed claim whose holder was judged dead."""
         keys = [self._redis_key]
         if self._legacy_key is not None:
             keys.append(self._legacy_key)
         if self._older_key is not None:
             keys.append(self._older_key)
         args: list[Arg] = [
-            self.token, round(self.lease * 1000), self._legacy_scope, self.done_prefix,
-            int(self.legacy_markers), int(self._older_key is not None),
+            self.token, round(self.renewal * 1000), self._legacy_scope, self.done_prefix,
+            int(self.legacy_markers), int(self._older_key is not None), expect,
         ]  # fmt: skip
         return ScriptCall("idem_claim", keys, args)
+
+    def _claiming(self) -> Generator[ScriptCall, Any, None]:
+        """The round trips of taking this claim, for the sync and async shells (which
+        send each call and send its reply back). A worker's claim whose lease lapsed is
+        taken over only once its holder is judged dead, and only while it is still the
+        claim that was judged.
+
+        Raises:
+            AlreadyProcessed, ClaimBusy: see :meth:`taken`.
+        """
+        reply = yield self.claim_call()
+        for _ in range(JUDGE_ROUNDS):
+            if reply[0] != LAPSED:
+                break
+            value = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            held = _HELD.fullmatch(value)
+            if held is None:
+                break
+            quiet, gap, consumer = int(held[1]), int(held[2]), held[3]
+            dead, wait_ms = yield self.app.store.judge_call(consumer, self._caller, quiet, gap)
+            if not dead:
+                reply = [-1, wait_ms]
+                break
+            reply = yield self.claim_call(expect=value)
+        self.taken(reply)
+
+    def _claim_sync(self) -> None:
+        steps = self._claiming()
+        call = next(steps)
+        while True:
+            try:
+                call = steps.send(self.app.store.run([call])[0])
+            except StopIteration:
+                return
+
+    async def _claim_async(self) -> None:
+        steps = self._claiming()
+        call = next(steps)
+        while True:
+            try:
+                call = steps.send(await self.app.store.run_soon(call))
+            except StopIteration:
+                return
 
     def _guard(self) -> None:
         job = running_job()
@@ -320,10 +418,10 @@ class Claim:
             AlreadyProcessed: the key is done (``StepDone`` for a step).
             ClaimBusy: another worker holds a live claim.
         """
-        state, remaining_ms = reply
+        state, remaining_ms = reply[0], reply[1]
         if state == 0:
             raise self._done()
-        if state < 0:
+        if state < 0:  # LAPSED too: a claim that kept changing as it was judged
             raise ClaimBusy(self.key, remaining_ms / 1000)
         self.app.lease_keeper.add(self)
 
@@ -344,7 +442,7 @@ class Claim:
         self._guard()
         if self.conn is not None:  # a missing extra raises before anything is claimed
             from lockgate.postgres import claim as pg_claim
-        self.taken(self.app.store.run([self.claim_call()])[0])
+        self._claim_sync()
         if self.conn is not None:
             try:
                 first = pg_claim(self.conn, self.key)
@@ -372,7 +470,11 @@ class Claim:
 
     def _finish(self, action: str) -> None:
         self.app.lease_keeper.remove(self)
-        (kept,) = self.app.store.run([self.settle_call(action, self.ttl)])
+        try:
+            (kept,) = self.app.store.run([self.settle_call(action, self.ttl)])
+        except BrokerError:
+            self.app.lease_keeper.settle_later(self, action)
+            raise
         self.settled(action, kept)
 
     def settled(self, action: str, kept: int) -> None:
@@ -396,7 +498,7 @@ class Claim:
         self._guard()
         if self.conn is not None:  # a missing extra raises before anything is claimed
             from lockgate.postgres import claim_async as pg_claim_async
-        self.taken(await self.app.store.run_soon(self.claim_call()))
+        await self._claim_async()
         if self.conn is not None:
             try:
                 first = await pg_claim_async(self.conn, self.key)
@@ -418,5 +520,9 @@ class Claim:
 
     async def _afinish(self, action: str) -> None:
         self.app.lease_keeper.remove(self)
-        (kept,) = await self.app.store.run_async([self.settle_call(action, self.ttl)])
+        try:
+            (kept,) = await self.app.store.run_async([self.settle_call(action, self.ttl)])
+        except BrokerError:
+            self.app.lease_keeper.settle_later(self, action)
+            raise
         self.settled(action, kept)

@@ -31,7 +31,7 @@ from lockgate.app import App
 from lockgate.broker import Delivery, ReadClaim
 from lockgate.codec import Job
 from lockgate.config import WorkerConfig
-from lockgate.context import JobContext, set_current
+from lockgate.context import Holder, JobContext, set_current
 from lockgate.errors import (
     AccessDenied,
     AlreadyProcessed,
@@ -159,6 +159,8 @@ class JobRunner:
         pool: threads for sync tasks and for waiting on child processes.
         finish_abandoned: applies, from the run's own thread, the ending of a sync run
             abandoned by a forced stop (the worker's sync settle path).
+        holder: the worker that holds the claims its runs make (see
+            :class:`lockgate.context.Holder`).
     """
 
     def __init__(
@@ -167,8 +169,10 @@ class JobRunner:
         config: WorkerConfig,
         pool: TaskPool,
         finish_abandoned: Callable[[Ending], None],
+        holder: Holder | None = None,
     ) -> None:
         self.app = app
+        self.holder = holder
         self.config = config
         self.pool = pool
         self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
@@ -237,6 +241,7 @@ class JobRunner:
         context = JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
+            holder=self.holder,
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)

@@ -357,6 +357,12 @@ class Store:
         (see :meth:`lockgate.partitions.Layout.claim_place`)."""
         return self.layout.claim_place(key, job_id, place)
 
+    def judge_call(self, holder: str, caller: str, quiet_ms: int, gap_ms: int) -> ScriptCall:
+        """The call that judges whether the worker ``holder`` is dead (see
+        ``lua/judge_owner.lua``), on the first partition's liveness set."""
+        args: list[Arg] = [holder, caller, quiet_ms, gap_ms]
+        return ScriptCall("judge_owner", [self.layout.parts[0].liveness()], args)
+
     def incr_once(
         self, name: str, request_id: str, amount: int, ttl_ms: int, legacy: bool = False
     ) -> tuple[bool, int]:

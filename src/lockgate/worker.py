@@ -41,6 +41,7 @@ from typing import Any
 from lockgate.app import App
 from lockgate.broker import Consumer, Delivery, Liveness
 from lockgate.config import WorkerConfig
+from lockgate.context import Holder
 from lockgate.errors import AccessDenied, LockgateError
 from lockgate.events import Watchers
 from lockgate.faults import classify
@@ -192,10 +193,10 @@ class Worker:
         )  # fmt: skip
         store.adopt_async_client(client)  # claims and tasks share the worker's client
         # Alive before the first read: nobody takes a job of a worker that beats.
+        timing = Liveness.of(self.config.visibility_seconds)
         liveness = self._liveness = LivenessKeeper(
-            store.url, self.name, consumer.liveness_keys,
-            Liveness.of(self.config.visibility_seconds), self._running_ids,
-        )  # fmt: skip
+            store.url, self.name, consumer.liveness_keys, timing, self._running_ids
+        )
         try:
             await asyncio.to_thread(liveness.start)
             await self.app.hooks.start(self.app)
@@ -208,7 +209,11 @@ class Worker:
         # Sync runs, runs abandoned at their timeout, and waits on child processes.
         self._pool = TaskPool(concurrency * 3)
         self._settler = Settler(self.app, consumer, self._applied)
-        self._runner = JobRunner(self.app, self.config, self._pool, self._settler.apply_now)
+        quiet, gap = timing.args
+        self._runner = JobRunner(
+            self.app, self.config, self._pool, self._settler.apply_now,
+            Holder(self.name, int(quiet), int(gap)),
+        )  # fmt: skip
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):

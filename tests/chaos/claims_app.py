@@ -31,3 +31,13 @@ def complete_order(order_id: str) -> None:
     if client.incr(record_key(f"runs:{job_id}")) == 1:
         threading.Event().wait()
     client.rpush(record_key("completed"), job_id)
+
+
+@app.task(retries=0)
+def hold_key(key: str) -> None:
+    """Holds a claim on ``key`` (a one-second lease) and blocks until its worker is
+    killed, recording its worker's pid first."""
+    client = app.client()
+    with app.idempotent(key, lease=1.0):
+        client.rpush(record_key("holding"), os.getpid())
+        threading.Event().wait()

@@ -7,6 +7,7 @@ PostgreSQL claim, a Redis server that lost everything still lets no duplicate th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -181,6 +182,46 @@ def test_a_claim_whose_owner_was_killed_expires_with_its_lease(
         ran.append(1)
     assert ran == [1]
     assert rclient.zscore(*app.keys.done_marker(redis_key)) is not None  # marked done
+
+
+def holder_name(rclient: redis.Redis, app: App, pid: int) -> bytes:
+    """The consumer name of the live worker whose process is ``pid``."""
+    names = [name for name in rclient.zrange(app.keys.liveness(), 0, -1) if b"~" not in name]
+    (name,) = [name for name in names if name.endswith(b"-%d" % pid) or b"-%d-" % pid in name]
+    return name
+
+
+def test_a_claim_held_by_a_killed_worker_is_taken_over_once_the_worker_is_judged_dead(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[..., Proc]
+) -> None:
+    """A claim made in a worker's run outlives its lease while its worker lives; once
+    the worker is killed (its liveness lapses while the other worker beats), a caller
+    judges it dead and takes the claim over: not stuck for its long hold."""
+    app = make_app()
+
+    @app.task(retries=0)
+    def hold_key(key: str) -> None: ...
+
+    holding = f"{app.keys.prefix}:test:holding"
+    workers = [worker(spawn), worker(spawn)]
+    hold_key.enqueue("email:B2")
+    wait_until_sync(lambda: rclient.llen(holding), message="a worker holds the claim")
+    pid = int(rclient.lindex(holding, 0) or 0)
+    (holder,) = [proc for proc in workers if proc.popen.pid == pid]
+    value = rclient.get(app.keys.claim("email:B2")) or b""
+    assert value.startswith(b"c:w") and value.endswith(b"." + holder_name(rclient, app, pid))
+    holder.kill()
+    ran: list[str] = []
+
+    def take() -> bool:
+        with contextlib.suppress(ClaimBusy), app.idempotent("email:B2", lease=1.0):
+            ran.append("taken")
+        return bool(ran)
+
+    wait_until_sync(take, timeout=30, message="the dead worker's claim taken over")
+    assert ran == ["taken"]
+    with pytest.raises(AlreadyProcessed), app.idempotent("email:B2"):
+        pytest.fail("ran twice")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import delete_namespace, running, wait_until, worker_for
 from faults.support import Gate, Runs, once
-from lockgate import App, Worker
+from lockgate import AlreadyProcessed, App, ClaimBusy, ConnectionFailed, Worker
 from lockgate.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.chaos
@@ -83,6 +83,104 @@ async def test_an_outage_shorter_than_the_lease_runs_no_job_twice(
         assert runs.counts() == once(ids)
         assert first.processed + second.processed == len(ids)
         assert first.dead == second.dead == 0
+    finally:
+        delete_namespace(server.url, namespace)
+
+
+CLAIM_LEASE = 1.0  # the user claim's lease: shorter than the outage, unlike the worker's
+
+
+async def test_a_claim_outlives_an_outage_longer_than_its_lease_while_its_holder_lives(
+    make_app: Callable[..., App], server: EmbeddedServer
+) -> None:
+    """A task on a live worker holds ``app.idempotent(key, lease=CLAIM_LEASE)``; Redis
+    is killed and restarted from its AOF after OUTAGE seconds, longer than the claim's
+    lease but shorter than the worker's liveness lease. Before, the claim had lapsed
+    meanwhile and the first caller after the restart took it while its holder still ran
+    the side effect: it ran twice. Now every caller meets ``ClaimBusy`` until the holder
+    ends, and then ``AlreadyProcessed``."""
+    namespace = uuid.uuid4().hex
+    app = make_app(redis_url=server.url, namespace=namespace)
+    other = make_app(redis_url=server.url, namespace=namespace)  # another process's App
+    holding, release = Gate(), Gate()
+
+    @app.task
+    async def hold(key: str) -> None:
+        async with app.idempotent(key, lease=CLAIM_LEASE):
+            holding.set()
+            await release.wait()
+
+    async def try_claim() -> str:
+        try:
+            async with other.idempotent("order-1", lease=CLAIM_LEASE):
+                return "taken"
+        except ClaimBusy:
+            return "busy"
+        except AlreadyProcessed:
+            return "done"
+        except ConnectionFailed:
+            return "down"
+
+    try:
+        hold.enqueue("order-1")
+        worker = worker_for(app, visibility_timeout=LEASE, claim_lease=LEASE)
+        async with running(worker):
+            await holding.wait()
+            server.kill()
+            await asyncio.sleep(OUTAGE)  # the fault: longer than the claim's lease
+            server.start()
+            answers: list[str] = []
+            deadline = time.monotonic() + 2 * LEASE
+            while time.monotonic() < deadline and "taken" not in answers:
+                answers.append(await try_claim())
+                await asyncio.sleep(0.02)
+            assert "taken" not in answers, answers
+            assert "busy" in answers, answers
+            release.set()
+            await wait_until(lambda: worker.processed == 1, message="the holder ended")
+        assert await try_claim() == "done"
+    finally:
+        delete_namespace(server.url, namespace)
+
+
+async def test_a_claim_settle_lost_to_an_outage_is_sent_again_once_redis_is_back(
+    make_app: Callable[..., App], server: EmbeddedServer
+) -> None:
+    """A task leaves ``app.idempotent`` while Redis is down: its done marker cannot be
+    written and the job fails. The claim, held by a live worker, would stay busy for its
+    long hold; instead the lease keeper sends the settle again once Redis is back, and
+    any caller finds the work done."""
+    namespace = uuid.uuid4().hex
+    app = make_app(redis_url=server.url, namespace=namespace)
+    other = make_app(redis_url=server.url, namespace=namespace)
+    holding, release, effects = Gate(), Gate(), Runs()
+
+    @app.task(retries=3)
+    async def charge(key: str) -> None:
+        async with app.idempotent(key, lease=CLAIM_LEASE):
+            effects.record(key)
+            holding.set()
+            await release.wait()
+
+    async def done() -> bool:
+        with contextlib.suppress(ClaimBusy, ConnectionFailed):
+            async with other.idempotent("order-2", lease=CLAIM_LEASE):
+                effects.record("order-2 again")
+        return "order-2" in effects.counts() and "order-2 again" not in effects.counts()
+
+    try:
+        charge.enqueue("order-2")
+        worker = worker_for(app, visibility_timeout=LEASE, claim_lease=LEASE)
+        async with running(worker):
+            await holding.wait()
+            server.kill()
+            release.set()  # the block ends while Redis is down: its settle fails
+            await asyncio.sleep(0.5)
+            server.start()
+            await wait_until(done, timeout=20, message="the claim's settle sent again")
+            ended = lambda: worker.processed + worker.dead == 1  # noqa: E731
+            await wait_until(ended, message="the job ended")
+        assert effects.counts() == {"order-2": 1}
     finally:
         delete_namespace(server.url, namespace)
 

@@ -235,3 +235,56 @@ def test_sorted_an_expired_lease_of_the_taker_itself_that_it_does_not_run_goes_b
         keep_beating(scripts, keys, "w1")
     taken, returned, _, _ = sorted_take(scripts, keys, "w1", 50, everything=True)
     assert taken[0] == b"a" and taken[2] == 2 and returned == 1
+
+
+def test_a_workers_claim_whose_lease_lapsed_is_taken_over_only_from_a_dead_holder(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """A claim held by a worker (``Holder.token``) outlives its lease by its hold: once
+    the lease lapsed it is busy to everyone but a caller that judged its holder dead and
+    names the value it judged; the holder's late writes are then refused (fenced)."""
+    key, liveness, hold_ms, lease_ms = keys.claim("order:1"), keys.liveness(), 60_000, 100
+    value = f"w{hold_ms}.{QUIET_MS}.{GAP_MS}.{'ab' * 16}.w1"
+
+    def take(token: str, expect: str = "") -> list[Any]:
+        args = [token, lease_ms + hold_ms, "", keys.done_bucket_prefix, 0, 0, expect]
+        return list(run(scripts, "idem_claim", [key], args))
+
+    def judge(holder: str) -> list[int]:
+        return list(run(scripts, "judge_owner", [liveness], [holder, "w2", QUIET_MS, GAP_MS]))
+
+    beat(scripts, keys, "w1")
+    beat(scripts, keys, "w2")
+    assert take(value) == [1, 0]
+    state, left = take("other")
+    assert state == -1 and 0 < left <= lease_ms  # the lease, not the hold, is what is left
+    wait_until_sync(lambda: rclient.pttl(key) <= hold_ms, message="lease lapsed")
+    assert take("other") == [-2, 0, b"c:" + value.encode()]
+    state, wait_ms = judge("w1")
+    assert state == 0 and wait_ms > 0  # its holder beats: alive
+    assert take("other", expect="c:" + value + "x")[0] == -2  # not the value judged
+    # The holder stops beating (it died); the other worker beats on.
+    wait_until_sync(
+        lambda: beat(scripts, keys, "w2") and judge("w1")[0] == 1, message="holder judged dead"
+    )
+    assert take("other", expect="c:" + value) == [1, 0]
+    assert rclient.get(key) == b"c:other"
+    settle = [value, "release", lease_ms, "", keys.done_bucket_prefix, 0]
+    assert run(scripts, "idem_settle", [key], settle) == 0  # the late holder is fenced
+    assert rclient.get(key) == b"c:other"
+
+
+def test_a_lapsed_claims_holder_is_not_judged_during_or_right_after_an_outage(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """No beat for longer than the gap (Redis away): nobody is judged dead until beats
+    have come for a whole quiet period again."""
+    beat(scripts, keys, "w1")
+    since = int(rclient.zscore(keys.liveness(), "~since"))
+    wait_until_sync(lambda: now_ms(rclient) - since > GAP_MS + LEASE_MS, message="silence")
+    args = ["w1", "", QUIET_MS, GAP_MS]
+    state, wait_ms = run(scripts, "judge_owner", [keys.liveness()], args)
+    assert state == 0 and wait_ms > 0  # the silence: an outage, not a death
+    beat(scripts, keys, "w2")  # beats come again: a quiet period starts
+    state, wait_ms = run(scripts, "judge_owner", [keys.liveness()], args)
+    assert state == 0 and QUIET_MS - 100 < wait_ms <= QUIET_MS

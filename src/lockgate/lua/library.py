@@ -52,6 +52,7 @@ ScriptName = Literal[
     "peek_stream",
     "wake_workers",
     "beat",
+    "judge_owner",
     "heartbeat_worker",
     "leave_worker",
     "server_time",
@@ -97,6 +98,8 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "wake_workers": ALLOW_OOM,
     # A worker's liveness must be kept under OOM too: one small field per worker.
     "beat": ALLOW_OOM,
+    # Reads a liveness set: whether a lapsed claim's holder is dead.
+    "judge_owner": NO_WRITES,
     # The registry: a heartbeat, like the stream's, and a clean stop, which frees memory.
     "heartbeat_worker": ALLOW_OOM,
     "leave_worker": ALLOW_OOM,
