@@ -4,8 +4,8 @@ with a real worker running real jobs on the test's Redis.
 
 The overview shows the counts and the worker, and refreshes itself; a dead letter is
 replayed by clicking (the button, then the confirmation) and the worker runs it. The
-overview's screenshot is saved to build/artifacts/dashboard.png; the README's copy is
-docs/images/dashboard.png (copy the artifact there to refresh it).
+overview's screenshot is saved to build/artifacts/dashboard.png; the copy docs/operations.md
+shows is docs/images/dashboard.png (copy the artifact there to refresh it).
 
 Waits are explicit (WebDriverWait on what the page shows), never sleeps: the page's live
 refresh may swap an element between finding and clicking it, so clicks are retried on a

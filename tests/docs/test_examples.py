@@ -1,4 +1,4 @@
-"""Every script in examples/ runs as the README says (``python -m examples.NAME``) and
+"""Every script in examples/ runs as the docs say (``python -m examples.NAME``) and
 prints what it promises: one effect per order, however often the job ran."""
 
 from __future__ import annotations

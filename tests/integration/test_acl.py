@@ -1,7 +1,7 @@
 """lockgate as a restricted ACL user: only its namespace's keys and only the commands it
 sends, on a private redis-server (never the shared one, whose users are not ours).
 
-:data:`COMMANDS` is the list of the README's "Running with an ACL user" (without the
+:data:`COMMANDS` is the list of "An ACL user" in docs/operations.md (without the
 sorted backend's five, :data:`STREAMS_COMMANDS`, for the default backend). The tests
 prove it is enough (jobs run exactly once, and ``ACL LOG`` records no refusal but the
 optional ``CONFIG GET``), that lockgate sends every command on it (PING only after 30 s
@@ -62,7 +62,7 @@ OPTIONAL = {"config|get"}  # refused without harm (see COMMANDS)
 
 
 def acl_rules(namespace: str, commands: Sequence[str] = COMMANDS) -> list[str]:
-    """The ACL SETUSER rules of a user of one namespace (the README's line)."""
+    """The ACL SETUSER rules of a user of one namespace (the documented line)."""
     pattern = f"~lockgate:{{{namespace}}}:*"
     return ["on", f">{PASSWORD}", pattern, "resetchannels", "-@all", *commands]
 
@@ -116,7 +116,7 @@ async def close(app: App) -> None:
     app.close()
 
 
-# --- the README's user is enough ----------------------------------------------------------
+# --- the documented user is enough --------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["streams", "sorted"])
@@ -284,7 +284,7 @@ def test_an_enqueue_that_cannot_wake_workers_still_enqueues(
 async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_user(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:
-    """What a worker and a claim do in the background, with the README's user: a job
+    """What a worker and a claim do in the background, with the documented user: a job
     that a gone consumer left is reclaimed, the gone consumer is forgotten, and a long
     claim's lease is renewed."""
     url = add_user(server, "worker", fresh_namespace, STREAMS_COMMANDS)
@@ -504,7 +504,7 @@ async def test_a_worker_whose_user_lacks_a_script_command_stops_with_access_deni
         await close(app)
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/operations.md"])
+@pytest.mark.parametrize("page", ["docs/operations.md"])
 def test_the_documented_acl_line_is_the_tested_one(page: str) -> None:
     """The line users copy grants exactly what these tests prove is enough."""
     root = Path(__file__).resolve().parents[2]

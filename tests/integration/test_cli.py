@@ -5,7 +5,7 @@ subprocess where the process matters (log levels, worker processes) and at a rea
 pseudo-terminal (prompts, the terminal's width). The app module reads its namespace from
 the environment and is imported afresh for each test.
 
-The dlq commands take the app first, as the README writes them: ``lockgate dlq MODULE:APP
+The dlq commands take the app first, as the docs write them: ``lockgate dlq MODULE:APP
 list``.
 """
 
@@ -80,7 +80,7 @@ def dead(cli: ModuleType) -> dict[str, str]:
 
 
 def test_the_documented_dlq_command_line_works(cli: ModuleType) -> None:
-    """README: ``lockgate dlq shop.jobs:app list [--json] | show ID | replay ... | purge``."""
+    """Docs: ``lockgate dlq shop.jobs:app list [--json] | show ID | replay ... | purge``."""
     result = invoke("dlq", SPEC, "list", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == []

@@ -16,7 +16,7 @@ from lockgate.tables import display_width
 
 LEVELS = ["critical", "normal", "low"]
 WEIGHTS = {"critical": 10, "normal": 5, "low": 1}
-# The header the README shows.
+# The header docs/priorities.md shows.
 HEADER = re.compile(r"^run +level +done +p50 wait ms +p99 wait ms +share while all busy$", re.M)
 
 
