@@ -36,10 +36,9 @@ from lockgate.idempotency import (
     DEFAULT_TTL,
     Claim,
     LeaseKeeper,
-    check_key,
     check_ttl,
 )
-from lockgate.keys import Keys
+from lockgate.keys import Keys, check_key
 from lockgate.lua import AsyncScripts, SyncScripts
 from lockgate.partitions import check_partitions
 from lockgate.ratelimit import parse_rate

@@ -20,9 +20,6 @@ from lockgate.logs import get_logger
 
 log = get_logger(__name__)
 
-# The reason of an ending whose job ran before: acknowledged without running again.
-ALREADY_PROCESSED = "already processed"
-
 
 class JobWatcher(Protocol):
     """Told of each job a worker starts and settles."""

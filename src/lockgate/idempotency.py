@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lockgate.config import seconds
 from lockgate.context import running_job
 from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
+from lockgate.keys import check_key
 from lockgate.logs import get_logger
 from lockgate.lua import Arg, ScriptCall
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-MAX_KEY_BYTES = 512
 DEFAULT_TTL = 86_400.0
 DEFAULT_LEASE = 30.0
 RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
@@ -45,19 +45,6 @@ JUDGE_ROUNDS = 3  # judge-and-take rounds before a claim that keeps changing cou
 # The value of a claim held by a worker (lockgate.context.Holder.token): hold, quiet and
 # gap ms, a random part, the worker's consumer name.
 _HELD = re.compile(r"c:w\d+\.(\d+)\.(\d+)\.[0-9a-f]+\.(.+)", re.DOTALL)
-
-
-def check_key(key: str) -> str:
-    """Validate an idempotency key.
-
-    Raises:
-        ConfigError: empty, not a string, or over 512 bytes.
-    """
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"an idempotency key must be a non-empty string, got {key!r}")
-    if len(key.encode()) > MAX_KEY_BYTES:
-        raise ConfigError(f"idempotency key {key[:40]!r}... is over {MAX_KEY_BYTES} bytes")
-    return key
 
 
 def check_ttl(key: str, ttl: float, retry_window: float) -> None:

@@ -24,8 +24,8 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from lockgate.events import ALREADY_PROCESSED
 from lockgate.logs import get_logger
+from lockgate.outcome import ALREADY_PROCESSED
 
 if TYPE_CHECKING:
     from lockgate.app import App

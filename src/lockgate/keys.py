@@ -12,7 +12,10 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
+from lockgate.errors import ConfigError
+
 GROUP = "lockgate"
+MAX_KEY_BYTES = 512  # the longest idempotency key
 # A done marker is a member of one of 4,096 sorted sets (buckets) per namespace, not a key
 # of its own: a bucket of at most 128 members is one compact listpack, about 35 B per
 # marker where a string key with a TTL costs about 210 B. With the buckets' own keys, 43 B
@@ -21,6 +24,19 @@ GROUP = "lockgate"
 # lua/_done_marker.lua.
 DONE_BUCKET_DIGITS = 3  # hex digits of SHA1(claim key) naming the bucket: 16**3 buckets
 DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
+
+
+def check_key(key: str) -> str:
+    """Validate an idempotency key.
+
+    Raises:
+        ConfigError: empty, not a string, or over 512 bytes.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"an idempotency key must be a non-empty string, got {key!r}")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ConfigError(f"idempotency key {key[:40]!r}... is over {MAX_KEY_BYTES} bytes")
+    return key
 
 
 def done_marker_place(prefix: str, claim_key: str) -> tuple[str, str]:

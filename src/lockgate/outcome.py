@@ -24,10 +24,11 @@ import msgspec
 
 from lockgate.codec import Job
 from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
-from lockgate.events import ALREADY_PROCESSED
 from lockgate.retry import RetryPolicy
 
 Kind = Literal["done", "retry", "dead", "abandoned"]
+# The reason of an ending whose job ran before: acknowledged without running again.
+ALREADY_PROCESSED = "already processed"
 ClaimAction = Literal["done", "release", "keep"]
 
 # A duplicate that meets a live claim looks again soon, then less often: 50 ms doubling to

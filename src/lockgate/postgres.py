@@ -25,7 +25,7 @@ try:
     from psycopg import sql
 except ImportError as e:  # a core install: psycopg comes with the postgres extra
     raise MissingExtra("lockgate.postgres", "postgres", "psycopg") from e
-from lockgate.idempotency import check_key
+from lockgate.keys import check_key
 from lockgate.transactions import DjangoConnection, django_connection
 
 TABLE = "lockgate_claims"

@@ -40,11 +40,11 @@ from lockgate.errors import (
     InvalidArguments,
     SerializationError,
 )
-from lockgate.events import ALREADY_PROCESSED
 from lockgate.idempotency import Claim
 from lockgate.keys import Keys
 from lockgate.logs import get_logger
 from lockgate.outcome import (
+    ALREADY_PROCESSED,
     CANCELLED,
     DONE,
     ErrorInfo,

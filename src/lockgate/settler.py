@@ -20,11 +20,10 @@ from lockgate import deadletter, status
 from lockgate.app import App
 from lockgate.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
 from lockgate.errors import LockgateError
-from lockgate.events import ALREADY_PROCESSED
 from lockgate.faults import Fault, classify
 from lockgate.logs import get_logger
 from lockgate.lua import ScriptCall
-from lockgate.outcome import dead
+from lockgate.outcome import ALREADY_PROCESSED, dead
 from lockgate.policy import reconnect_delay
 from lockgate.runner import Ending
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from conftest import worker_for
 from lockgate import App, RetryableError, current_job
 from lockgate.broker import Delivery
-from lockgate.events import ALREADY_PROCESSED
+from lockgate.outcome import ALREADY_PROCESSED
 from lockgate.runner import Ending
 
 

@@ -26,8 +26,7 @@ from lockgate.activity import (
 )
 from lockgate.broker import Delivery
 from lockgate.codec import Job
-from lockgate.events import ALREADY_PROCESSED
-from lockgate.outcome import DONE, ErrorInfo, Outcome
+from lockgate.outcome import ALREADY_PROCESSED, DONE, ErrorInfo, Outcome
 from lockgate.runner import Ending
 
 LEVELS = ("critical", "normal", "low")

@@ -10,9 +10,8 @@ import pytest
 
 from lockgate.broker import Delivery
 from lockgate.codec import Job
-from lockgate.events import ALREADY_PROCESSED
 from lockgate.joblog import Ended, JsonFormatter, ended_as
-from lockgate.outcome import CANCELLED, DONE, ErrorInfo, Outcome, dead, wait
+from lockgate.outcome import ALREADY_PROCESSED, CANCELLED, DONE, ErrorInfo, Outcome, dead, wait
 from lockgate.runner import Ending
 
 JOB = Job(id="j1", task="charge", queue="default", level="normal")
