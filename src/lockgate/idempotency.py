@@ -252,7 +252,8 @@ class Claim:
         # lease, for as long as its done marker would, and is taken over only once the
         # worker is known dead (see lua/_take_claim.lua). A job's own claim follows its
         # job, which is taken from a worker only once it is known dead.
-        holder = job.holder if job is not None and job_id is None else None
+        mine = job is not None and job.app is app and job_id is None  # not another App's
+        holder = job.holder if job is not None and mine else None
         self._holder = holder if holder is not None and holder.here() else None
         self._caller = "" if self._holder is None else self._holder.consumer
         hold = 0.0 if self._holder is None or token is not None else self.ttl
