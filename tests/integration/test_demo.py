@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.demo import Progress, Run, progress_line, report, shares_while_all_busy
+from lockgate.cli.demo.report import Progress, Run, progress_line, report, shares_while_all_busy
 from lockgate.tables import display_width
 
 LEVELS = ["critical", "normal", "low"]
@@ -103,7 +103,8 @@ def test_progress_at_a_terminal_rewrites_one_line_then_wipes_it() -> None:
 SMALL_DEMO = (
     # A hang ends with every thread's traceback on stderr, before the run's timeout.
     "import faulthandler; faulthandler.dump_traceback_later(45, exit=True); "
-    "import lockgate.demo as d; d.LOW_JOBS, d.NORMAL_JOBS, d.CRITICAL_JOBS = 600, 100, 20; "
+    "import lockgate.cli.demo.scenario as d; "
+    "d.LOW_JOBS, d.NORMAL_JOBS, d.CRITICAL_JOBS = 600, 100, 20; "
     "from lockgate.cli import main; main(['demo', '--url', {url!r}, '--plot', {out!r}])"
 )
 
@@ -111,7 +112,7 @@ SMALL_DEMO = (
 def test_demo_plot_draws_every_run_into_a_png(redis_url: str, tmp_path: Path) -> None:
     from matplotlib.image import imread
 
-    from lockgate.plot import size_pixels
+    from lockgate.cli.demo.plot import size_pixels
 
     out = tmp_path / "out.png"
     code = SMALL_DEMO.format(url=redis_url, out=str(out))

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from lockgate.cli_dashboard import ScrubTokens
+from lockgate.cli.dashboard import ScrubTokens
 from lockgate.dashboard.security import (
     LOGIN_MAX_AGE,
     bearer,

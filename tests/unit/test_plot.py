@@ -1,4 +1,4 @@
-"""The demo's figure (lockgate.plot): drawn from a small made-up result, no Redis."""
+"""The demo's figure (lockgate.cli.demo.plot): drawn from a small made-up result, no Redis."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.demo import Run
+from lockgate.cli.demo.plot import check_target, shares_over_time, size_pixels, write_png
+from lockgate.cli.demo.report import Run
 from lockgate.errors import ConfigError
-from lockgate.plot import check_target, shares_over_time, size_pixels, write_png
 
 LEVELS = ["critical", "normal", "low"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

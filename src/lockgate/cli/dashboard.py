@@ -1,8 +1,5 @@
 """``lockgate dashboard``: serve the web dashboard of an App (the ``dashboard`` extra).
 
-The command registers itself on :data:`lockgate.cli.main` when imported (``lockgate.cli``
-imports this module at its end), so importing either module first works.
-
 It binds to 127.0.0.1 unless told otherwise, and on any other address it refuses to
 start without a token (one line, exit 2). The token is never printed or logged: the
 access log's request lines are scrubbed of any ``token=`` query value, and the dashboard
@@ -16,15 +13,8 @@ import sys
 
 import click
 
-from lockgate.cli import (
-    EXIT_USAGE,
-    _loaded,
-    effective_log_level,
-    log_level_option,
-    main,
-    reported_errors,
-    url_option,
-)
+from lockgate.cli.common import EXIT_USAGE, load_app, reported_errors
+from lockgate.cli.options import effective_log_level, log_level_option, url_option
 
 TOKEN_ENV = "LOCKGATE_DASHBOARD_TOKEN"
 ACCESS_LOGGER = "uvicorn.access"
@@ -44,7 +34,7 @@ class ScrubTokens(logging.Filter):
         return True
 
 
-@main.command()
+@click.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option(
     "--host",
@@ -89,7 +79,7 @@ def dashboard(
             from lockgate.errors import MissingExtra
 
             raise MissingExtra("lockgate dashboard", "dashboard", "uvicorn") from e
-        app = _loaded(app_spec, url)
+        app = load_app(app_spec, url)
         asgi = create_app(app, token=token or None, read_only=read_only)
         config = uvicorn.Config(
             asgi, host=host, port=port, log_level=effective_log_level().lower(),

@@ -1,45 +1,19 @@
-"""``lockgate queue MODULE:APP pause | resume | purge QUEUE``: the ``queue`` command group.
-
-It registers itself on :data:`lockgate.cli.main` when imported (``lockgate.cli`` imports
-it at its end), so importing either module first works.
-"""
+"""``lockgate queue MODULE:APP pause | resume | purge QUEUE``: the ``queue`` command group."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
 
 import click
 
 from lockgate import queues
 from lockgate.app import App
-from lockgate.cli import (
-    _consent,
-    _loaded,
-    log_level_option,
-    main,
-    reported_errors,
-    run_async,
-    url_option,
-)
-
-T = TypeVar("T")
+from lockgate.cli.common import consent, load_app, reported_errors, run_closing
+from lockgate.cli.options import log_level_option, url_option
 
 
-def _run(app: App, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run ``work`` on a fresh event loop, and close the app's client of that loop."""
-
-    async def closing() -> T:
-        try:
-            return await work()
-        finally:
-            await app.aclose()
-
-    return run_async(closing())
-
-
-@main.group("queue")
+@click.group("queue")
 @click.argument("app_spec", metavar="MODULE:APP")
 @url_option
 @log_level_option
@@ -48,7 +22,7 @@ def queue(ctx: click.Context, app_spec: str, url: str | None) -> None:
     """Pause, resume or purge a queue of MODULE:APP."""
     # Each subcommand imports the app when it runs, as the dlq group's do: click runs this
     # callback before it parses the subcommand's --help, which must not need the app.
-    ctx.obj = functools.partial(_loaded, app_spec, url)
+    ctx.obj = functools.partial(load_app, app_spec, url)
 
 
 @queue.command("pause")
@@ -59,7 +33,7 @@ def queue_pause(load: Callable[[], App], queue_name: str) -> None:
     """Pause QUEUE: it keeps accepting jobs, and workers take none from it."""
     app = load()
     with reported_errors():
-        _run(app, lambda: queues.pause(app, queue_name))
+        run_closing(app, lambda: queues.pause(app, queue_name))
     click.echo(f"paused queue {queue_name} of {app.namespace}")
 
 
@@ -71,7 +45,7 @@ def queue_resume(load: Callable[[], App], queue_name: str) -> None:
     """Resume QUEUE: workers take its jobs again."""
     app = load()
     with reported_errors():
-        _run(app, lambda: queues.resume(app, queue_name))
+        run_closing(app, lambda: queues.resume(app, queue_name))
     click.echo(f"resumed queue {queue_name} of {app.namespace}")
 
 
@@ -91,7 +65,7 @@ def queue_purge(
     --yes is required). Deletes at most 1,000 jobs per atomic step, so Redis is never
     blocked for long.
     """
-    _consent(yes, "purging waiting jobs")
+    consent(yes, "purging waiting jobs")
     app = load()
     with reported_errors():
         queues.check(app, queue_name, level)  # before the question, not after it
@@ -104,5 +78,7 @@ def queue_purge(
                 f"delete the waiting jobs{which} of queue {queue_name!r} of {app.namespace}?",
                 abort=True, err=True,
             )  # fmt: skip
-        deleted = _run(app, lambda: queues.purge(app, queue_name, level=level, task=task_name))
+        deleted = run_closing(
+            app, lambda: queues.purge(app, queue_name, level=level, task=task_name)
+        )
     click.echo(f"purged {deleted} waiting jobs of queue {queue_name}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lockgate.demo import TITLE, Run, shares_while_all_busy
+from lockgate.cli.demo.report import TITLE, Run, shares_while_all_busy
 from lockgate.errors import ConfigError, MissingExtra
 
 try:
