@@ -50,8 +50,8 @@ from redis.crc import key_slot
 from benchmarks import machine, roundtrips
 from benchmarks.report import markdown_rows
 from lockgate import App, Worker, WorkerConfig
-from lockgate.inspect import queue_stats
-from lockgate.partitions import Layout
+from lockgate.backend.partitions import Layout
+from lockgate.ops.inspect import queue_stats
 
 if TYPE_CHECKING:
     from clusters import LocalCluster, Node

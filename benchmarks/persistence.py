@@ -73,8 +73,8 @@ import redis
 from benchmarks import machine
 from benchmarks.report import markdown_rows
 from lockgate import App, LockgateError, Worker, WorkerConfig
-from lockgate import lua as scripts
-from lockgate.postgres import claim, init_schema
+from lockgate.backend import lua as scripts
+from lockgate.integrations.postgres import claim, init_schema
 
 if TYPE_CHECKING:
     from clusters import Node

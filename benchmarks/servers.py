@@ -127,7 +127,7 @@ def _embedded() -> Iterator[Server]:
     src = str(Path(__file__).resolve().parent.parent / "src")
     if src not in sys.path:
         sys.path.insert(0, src)  # this checkout's lockgate, installed or not
-    from lockgate.embedded import EmbeddedServer
+    from lockgate.integrations.embedded import EmbeddedServer
 
     with EmbeddedServer() as embedded:
         yield Server(embedded.url, True, f"private embedded valkey on port {embedded.port}")

@@ -22,10 +22,10 @@ import redis
 from redis.connection import parse_url
 
 from lockgate import App, Worker, WorkerConfig
-from lockgate.embedded import EmbeddedServer
-from lockgate.keys import GROUP, Keys
-from lockgate.lua import SyncScripts
-from lockgate.partitions import Layout
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.lua import SyncScripts
+from lockgate.backend.partitions import Layout
+from lockgate.integrations.embedded import EmbeddedServer
 
 SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
 CLUSTER_ENV = "LOCKGATE_TEST_CLUSTER"
@@ -106,7 +106,7 @@ def close_apps_at_the_end() -> Iterator[None]:
     ones, such as the CLI tests' app): a cluster client's node sockets are not closed by
     the garbage collector without a ResourceWarning."""
     yield
-    from lockgate.app import _APPS
+    from lockgate.api.app import _APPS
 
     for app in list(_APPS):
         app.close()

@@ -1,8 +1,11 @@
 """lockgate: background jobs on Redis Streams with priorities, idempotency and nothing lost."""
 
-from lockgate.app import App
-from lockgate.config import WorkerConfig
-from lockgate.context import JobContext, current_job
+from lockgate.api.app import App
+from lockgate.api.context import JobContext, current_job
+from lockgate.api.task import EnqueueResult, Message, Task
+from lockgate.core.config import WorkerConfig
+from lockgate.core.retry import Backoff
+from lockgate.core.status import JobInfo
 from lockgate.errors import (
     AccessDenied,
     AlreadyProcessed,
@@ -26,10 +29,7 @@ from lockgate.errors import (
     StepDone,
     TaskNotFound,
 )
-from lockgate.retry import Backoff
-from lockgate.status import JobInfo
-from lockgate.task import EnqueueResult, Message, Task
-from lockgate.worker import Worker
+from lockgate.worker.loop import Worker
 
 __all__ = [
     "AccessDenied",

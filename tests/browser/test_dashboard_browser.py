@@ -36,7 +36,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from conftest import WAIT_TIMEOUT, wait_until_sync
 from lockgate import App, Worker, WorkerConfig, current_job
 from lockgate.dashboard import create_app
-from lockgate.deadletter import count_dead
+from lockgate.ops.deadletter import count_dead
 
 pytestmark = pytest.mark.browser
 

@@ -21,7 +21,7 @@ import time
 from psycopg_pool import ConnectionPool
 
 from lockgate import App, RetryableError, current_job
-from lockgate.postgres import claim
+from lockgate.integrations.postgres import claim
 
 RUN = os.environ.get("CHAOS_RUN", "none")
 WORKER = os.getpid()  # the worker process; a child forked to run a job inherits it

@@ -17,7 +17,7 @@ from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
 from clusters import CLUSTER_OPTIONS, LocalCluster, Node, wait_for
 from lockgate import App
-from lockgate.embedded import EmbeddedServer
+from lockgate.integrations.embedded import EmbeddedServer
 
 # What a read of the queues meets while the server, or one primary, is down.
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, ClusterError, RedisClusterException,

@@ -58,11 +58,12 @@ import psycopg
 import pytest
 from chaos_servers import OUTAGE, Server, serving
 
-from lockgate import App, Message, codec
+from lockgate import App, Message
+from lockgate.backend.keys import GROUP
+from lockgate.backend.partitions import partition_of
+from lockgate.core import codec
 from lockgate.errors import SerializationError
-from lockgate.keys import GROUP
-from lockgate.partitions import partition_of
-from lockgate.postgres import init_schema
+from lockgate.integrations.postgres import init_schema
 
 pytestmark = pytest.mark.chaos
 
@@ -82,7 +83,7 @@ VISIBILITY = 1.0
 CLAIM_LEASE = 5.0
 # Redis stays down this long: shorter than the visibility timeout, longer than the gap
 # the workers' liveness tolerates, so every running job's entry ages past the visibility
-# timeout while its worker lives (lockgate.liveness: none of them may run twice).
+# timeout while its worker lives (lockgate.worker.liveness: none of them may run twice).
 DOWN_FOR = 0.8 * VISIBILITY
 KILL_GAP = (20, 60)  # jobs finished between two random kills
 RESTART_AT = (0.3, 0.6)  # share of the jobs finished when Redis is killed

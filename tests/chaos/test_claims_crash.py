@@ -24,10 +24,10 @@ from psycopg import sql
 
 from conftest import delete_namespace, job_ended, wait_until_sync
 from lockgate import AlreadyProcessed, App, ClaimBusy, ConnectionFailed
-from lockgate.codec import encode
-from lockgate.embedded import EmbeddedServer
-from lockgate.keys import GROUP, Keys
-from lockgate.postgres import TABLE, init_schema, is_claimed
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.core.codec import encode
+from lockgate.integrations.embedded import EmbeddedServer
+from lockgate.integrations.postgres import TABLE, init_schema, is_claimed
 
 pytestmark = pytest.mark.chaos
 

@@ -27,9 +27,10 @@ import psycopg
 import pytest
 
 from clusters import LocalCluster
-from lockgate import App, codec
-from lockgate.embedded import EmbeddedServer
-from lockgate.postgres import init_schema
+from lockgate import App
+from lockgate.core import codec
+from lockgate.integrations.embedded import EmbeddedServer
+from lockgate.integrations.postgres import init_schema
 
 pytestmark = pytest.mark.chaos
 

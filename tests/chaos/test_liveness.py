@@ -20,7 +20,7 @@ import pytest
 from conftest import delete_namespace, running, wait_until, worker_for
 from faults.support import Gate, Runs, once
 from lockgate import AlreadyProcessed, App, ClaimBusy, ConnectionFailed, Worker
-from lockgate.embedded import EmbeddedServer
+from lockgate.integrations.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.chaos
 
@@ -245,7 +245,7 @@ async def test_a_task_that_blocks_its_event_loop_keeps_its_job(
     blocked = worker_for(app, **config)
     other = worker_for(app, **config)
     stubborn.enqueue("stuck", job_id="stuck")
-    caplog.set_level(logging.WARNING, logger="lockgate.liveness")
+    caplog.set_level(logging.WARNING, logger="lockgate.worker.liveness")
     own = InThread(blocked)
     try:
         await blocking.wait()

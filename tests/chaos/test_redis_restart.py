@@ -9,7 +9,7 @@ import pytest
 
 from conftest import delete_namespace, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed
-from lockgate.embedded import EmbeddedServer
+from lockgate.integrations.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.chaos
 

@@ -38,7 +38,7 @@ from psycopg import sql
 
 import lockgate
 from conftest import job_ended, wait_until_sync
-from lockgate.keys import Keys
+from lockgate.backend.keys import Keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.single_node]
 

@@ -23,7 +23,7 @@ import redis
 
 from conftest import job_ended, wait_until_sync
 from lockgate import App
-from lockgate.keys import Keys
+from lockgate.backend.keys import Keys
 
 pytestmark = pytest.mark.chaos
 

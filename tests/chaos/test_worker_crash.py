@@ -18,8 +18,8 @@ from worker_proc import record_key
 
 from conftest import job_ended, wait_until_sync
 from lockgate import App
-from lockgate.codec import decode
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.core.codec import decode
 
 pytestmark = pytest.mark.chaos
 

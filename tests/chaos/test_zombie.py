@@ -24,7 +24,7 @@ import redis
 
 from conftest import job_ended, wait_until_sync
 from lockgate import App
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
 
 pytestmark = pytest.mark.chaos
 

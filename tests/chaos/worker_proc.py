@@ -17,7 +17,7 @@ import threading
 import time
 
 from lockgate import App, Worker, WorkerConfig, current_job
-from lockgate.connections import sync_client
+from lockgate.backend.connections import sync_client
 
 
 def record_key(namespace: str, name: str) -> str:

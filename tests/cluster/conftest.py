@@ -11,7 +11,7 @@ import pytest
 
 from cluster.ledger import DSN
 from clusters import LocalCluster
-from lockgate.postgres import init_schema
+from lockgate.integrations.postgres import init_schema
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import psycopg
 
 from conftest import wait_until
 from lockgate import App, Worker, WorkerConfig, current_job
-from lockgate.postgres import claim
+from lockgate.integrations.postgres import claim
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 JOBS = 300

@@ -14,9 +14,9 @@ import redis
 from clusters import LocalCluster
 from conftest import worker_for
 from lockgate import App, ConfigError, current_job
-from lockgate.deadletter import list_dead, replay
-from lockgate.inspect import queue_stats
-from lockgate.keys import Keys
+from lockgate.backend.keys import Keys
+from lockgate.ops.deadletter import list_dead, replay
+from lockgate.ops.inspect import queue_stats
 
 BACKENDS = ["streams", "sorted"]
 

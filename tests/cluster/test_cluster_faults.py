@@ -20,7 +20,7 @@ from redis.crc import key_slot
 from cluster.ledger import JOBS, build, check, enqueue_jobs, serve_through
 from clusters import LocalCluster, Node, replicated, wait_for
 from lockgate import App
-from lockgate.embedded import bundled_binary
+from lockgate.integrations.embedded import bundled_binary
 
 pytestmark = pytest.mark.chaos
 

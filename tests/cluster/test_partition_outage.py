@@ -20,7 +20,7 @@ from cluster.slots import SlotRanges, owner, primary_of_slots
 from clusters import CLUSTER_OPTIONS, LocalCluster, Node
 from conftest import running, wait_until
 from lockgate import App, Worker, WorkerConfig
-from lockgate.partitions import partition_of
+from lockgate.backend.partitions import partition_of
 
 pytestmark = pytest.mark.chaos
 

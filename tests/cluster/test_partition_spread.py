@@ -14,8 +14,8 @@ import redis
 from cluster.slots import owner, primary_of_slots
 from clusters import LocalCluster
 from lockgate import App, Worker, WorkerConfig
-from lockgate.inspect import queue_stats
-from lockgate.partitions import Layout
+from lockgate.backend.partitions import Layout
+from lockgate.ops.inspect import queue_stats
 
 PARTITIONS = 9
 JOBS = 6_000

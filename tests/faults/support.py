@@ -28,7 +28,7 @@ from redis.retry import Retry
 
 from conftest import WAIT_TIMEOUT, wait_until
 from lockgate import App, LockgateError
-from lockgate.inspect import queue_stats
+from lockgate.ops.inspect import queue_stats
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0

@@ -15,8 +15,8 @@ import pytest
 
 from faults.support import PrivateRedis
 from lockgate import App
-from lockgate.idempotency import Claim
-from lockgate.keys import Keys
+from lockgate.api.idempotency import Claim
+from lockgate.backend.keys import Keys
 
 MARKERS = 100_000
 BATCH = 1_000

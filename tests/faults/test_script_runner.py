@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
 from faults.support import PrivateRedis
-from lockgate.keys import Keys
-from lockgate.lua import AsyncScripts, ScriptCall, SyncScripts
-from lockgate.lua.library import library
+from lockgate.backend.keys import Keys
+from lockgate.backend.lua import AsyncScripts, ScriptCall, SyncScripts
+from lockgate.backend.lua.library import library
 
 KEYS = Keys("runner")
 

@@ -32,7 +32,7 @@ from faults.support import (
     wait_serving,
 )
 from lockgate import App, Worker, current_job
-from lockgate.metrics import WorkerMetrics
+from lockgate.ops.metrics import WorkerMetrics
 
 CONCURRENCY = 4
 # Long enough that a worker stalled by a fault for a second or two is not taken for dead

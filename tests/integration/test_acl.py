@@ -26,8 +26,8 @@ from cli_runs import cli_app_in, invoke, one_error_line
 from conftest import finish, running, unacked_reads, wait_until
 from faults.support import PrivateRedis, Runs, once
 from lockgate import AccessDenied, App, RetryableError, Worker, WorkerConfig, current_job
-from lockgate.inspect import queue_stats
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.ops.inspect import queue_stats
 
 SPEC = "cli_app:app"
 PASSWORD = "secret"
@@ -271,7 +271,7 @@ def test_an_enqueue_that_cannot_wake_workers_still_enqueues(
     async def record() -> None: ...
 
     try:
-        with caplog.at_level(logging.WARNING, logger="lockgate.store"):
+        with caplog.at_level(logging.WARNING, logger="lockgate.backend.store"):
             sent = app.enqueue_many([record.message(job_id=f"j{n}") for n in range(6)])
         assert all(r.created for r in sent)
         assert [app.job(f"j{n}").status for n in range(6)] == ["waiting"] * 6

@@ -19,9 +19,9 @@ import redis
 
 from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, SerializationError
-from lockgate.codec import MAX_DEPTH
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.core.codec import MAX_DEPTH
+from lockgate.ops.deadletter import list_dead
 
 REF = UUID("12345678-1234-5678-1234-567812345678")
 

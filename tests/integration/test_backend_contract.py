@@ -16,11 +16,11 @@ import pytest
 
 from conftest import wait_until
 from lockgate import App
-from lockgate.broker import Consumer, Delivery, Liveness, Settlement
-from lockgate.connections import async_client
-from lockgate.deadletter import list_dead, record
-from lockgate.liveness import LivenessKeeper
-from lockgate.outcome import DONE, Outcome, dead
+from lockgate.backend.broker import Consumer, Delivery, Liveness, Settlement
+from lockgate.backend.connections import async_client
+from lockgate.core.outcome import DONE, Outcome, dead
+from lockgate.ops.deadletter import list_dead, record
+from lockgate.worker.liveness import LivenessKeeper
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}
 LEASE = 2.0  # seconds: the sorted backend's lease; the streams backend's reclaim idle time
@@ -40,7 +40,7 @@ def app(request: pytest.FixtureRequest, make_app: Callable[..., App]) -> App:
 @pytest.fixture
 async def consumers(app: App) -> AsyncIterator[Callable[..., Consumer]]:
     """Consumers of the app's queue, each on its own client, as workers have them, each
-    alive (its liveness kept by a keeper of its own, see lockgate.liveness) unless made
+    alive (its liveness kept by a keeper of its own, see lockgate.worker.liveness) unless made
     with ``alive=False``: a reader that died before it could say it lives."""
     made: list[Consumer] = []
     keepers: list[LivenessKeeper] = []

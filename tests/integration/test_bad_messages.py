@@ -15,10 +15,10 @@ import redis
 
 from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App
-from lockgate.codec import Job, encode
-from lockgate.deadletter import FIELDS, list_dead
-from lockgate.inspect import queue_stats
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.core.codec import Job, encode
+from lockgate.ops.deadletter import FIELDS, list_dead
+from lockgate.ops.inspect import queue_stats
 
 GARBAGE = b"\xff{not json"
 

@@ -34,8 +34,8 @@ from terminal import Terminal
 from conftest import job_ended, wait_until_sync
 from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
-from lockgate.codec import Job, encode
-from lockgate.deadletter import list_dead, replay
+from lockgate.core.codec import Job, encode
+from lockgate.ops.deadletter import list_dead, replay
 
 HERE = Path(__file__).parent
 SPEC = "cli_app:app"

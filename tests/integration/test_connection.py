@@ -28,15 +28,15 @@ from cli_runs import cli_app_in, invoke, one_error_line, title
 
 from conftest import wait_until_sync
 from lockgate import App, Worker, WorkerConfig
-from lockgate.connections import (
+from lockgate.backend.connections import (
     HANDSHAKE_TIMEOUT,
     async_client,
     connect_worker_client,
     server_warnings,
     sync_client,
 )
+from lockgate.backend.faults import translated
 from lockgate.errors import ConnectionFailed, LockgateError
-from lockgate.faults import translated
 
 SECRET = "s3cret-pw"
 # Loose: the handshake timeout plus room for a loaded machine; never a timing goal.

@@ -13,8 +13,8 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, ConnectionFailed, current_job
-from lockgate.inspect import queue_stats
-from lockgate.scheduler import Scheduler, served
+from lockgate.ops.inspect import queue_stats
+from lockgate.worker.scheduler import Scheduler, served
 
 BACKENDS = ["streams", "sorted"]
 HANG_GUARD = 10.0  # seconds: loose bounds against hangs, never timing goals

@@ -27,10 +27,11 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from conftest import running, wait_until, worker_for
-from lockgate import App, Worker, queues
+from lockgate import App, Worker
 from lockgate.dashboard import actions, create_app
 from lockgate.dashboard.security import csrf_token, derive_key, login_cookie
-from lockgate.deadletter import count_dead, list_dead, replay
+from lockgate.ops import queues
+from lockgate.ops.deadletter import count_dead, list_dead, replay
 
 BACKENDS = ["streams", "sorted"]
 TOKEN = "s3cret-dashboard-token"

@@ -18,8 +18,9 @@ import redis
 
 from conftest import job_ended, running, wait_until, wait_until_sync, worker_for
 from lockgate import App, ConfigError, current_job
-from lockgate.codec import Job, decode, encode
-from lockgate.deadletter import (
+from lockgate.backend.partitions import partition_of
+from lockgate.core.codec import Job, decode, encode
+from lockgate.ops.deadletter import (
     DeadLetter,
     Replayed,
     count_dead,
@@ -30,7 +31,6 @@ from lockgate.deadletter import (
     trim,
     trim_args,
 )
-from lockgate.partitions import partition_of
 
 BACKENDS = ["streams", "sorted"]
 # Each backend, and streams over partitions (a letter lives in its job's partition).

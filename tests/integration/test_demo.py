@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.cli.demo.report import Progress, Run, progress_line, report, shares_while_all_busy
-from lockgate.tables import display_width
+from lockgate.cli.tables import display_width
 
 LEVELS = ["critical", "normal", "low"]
 WEIGHTS = {"critical": 10, "normal": 5, "low": 1}

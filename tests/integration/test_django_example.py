@@ -25,8 +25,8 @@ from django.test import Client, override_settings
 
 from conftest import WAIT_TIMEOUT, delete_namespace, wait_until_sync, worker_for
 from lockgate import App, ConfigError, DatabaseError
-from lockgate.postgres import claim, init_schema, is_claimed
-from lockgate.transactions import drain
+from lockgate.integrations.postgres import claim, init_schema, is_claimed
+from lockgate.integrations.transactions import drain
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,7 +189,7 @@ def test_a_send_that_fails_after_the_commit_is_retried_not_raised(
     send is retried in the background and arrives once Redis is back."""
     from examples.django_app.jobs import charge
 
-    caplog.set_level(logging.WARNING, logger="lockgate.transactions")
+    caplog.set_level(logging.WARNING, logger="lockgate.integrations.transactions")
     app.redis_url = "redis://127.0.0.1:1/0"  # nothing listens there
     try:
         with transaction.atomic():

@@ -11,7 +11,7 @@ import pytest
 
 from lockgate import App, RetryableError, current_job
 from lockgate.errors import InvalidArguments, JobFailed
-from lockgate.inspect import queue_stats
+from lockgate.ops.inspect import queue_stats
 
 
 async def test_eager_runs_inline_with_retries_and_current_job(

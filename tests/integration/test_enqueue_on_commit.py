@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from conftest import WAIT_TIMEOUT, wait_until_sync, worker_for
 from lockgate import App, ConfigError, DatabaseError, InvalidArguments, Task
-from lockgate.transactions import APPLICATION_NAME, drain
+from lockgate.integrations.transactions import APPLICATION_NAME, drain
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 
@@ -87,7 +87,7 @@ def test_a_rolled_back_transaction_leaves_no_job(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app, charge, _ = charges
-    caplog.set_level(logging.DEBUG, logger="lockgate.transactions")
+    caplog.set_level(logging.DEBUG, logger="lockgate.integrations.transactions")
     conn = connect()
     with pytest.raises(ZeroDivisionError), conn.transaction():
         job_id = charge.enqueue_on_commit(conn, "A1", 100)
@@ -186,7 +186,7 @@ def test_the_watcher_survives_losing_its_connection(
     """Its PostgreSQL session is terminated while a transaction is open: it logs, makes
     a new one, and still queues the job once the transaction commits."""
     app, charge, _ = charges
-    caplog.set_level(logging.INFO, logger="lockgate.transactions")
+    caplog.set_level(logging.INFO, logger="lockgate.integrations.transactions")
     name = f"{APPLICATION_NAME} (pid {os.getpid()})"
     admin = connect(autocommit=True)
 
@@ -220,7 +220,7 @@ def test_a_send_that_fails_after_the_commit_is_retried(
     """Redis is unreachable when the transaction commits: the send is logged and retried
     in the background, never raised into the caller, and arrives once Redis is back."""
     app, charge, _ = charges
-    caplog.set_level(logging.WARNING, logger="lockgate.transactions")
+    caplog.set_level(logging.WARNING, logger="lockgate.integrations.transactions")
     conn = connect()
     conn.execute("SELECT 1")
     job_id = charge.enqueue_on_commit(conn, "A1", 100)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from conftest import worker_for
 from lockgate import App, RetryableError, current_job
-from lockgate.broker import Delivery
-from lockgate.outcome import ALREADY_PROCESSED
-from lockgate.runner import Ending
+from lockgate.backend.broker import Delivery
+from lockgate.core.outcome import ALREADY_PROCESSED
+from lockgate.worker.runner import Ending
 
 
 class Notes:

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import worker_for
 from lockgate import App, ConfigError, Message
-from lockgate.deadletter import list_dead
-from lockgate.inspect import queue_stats
+from lockgate.ops.deadletter import list_dead
+from lockgate.ops.inspect import queue_stats
 
 
 def aged(message: Message, seconds: float) -> Message:
@@ -38,7 +38,7 @@ async def test_an_expired_job_is_dropped_unrun_and_a_fresh_one_runs(
         aged(send_otp.message("late", job_id="otp:late"), 61),
         aged(send_otp.message("fresh", job_id="otp:fresh"), 5),
     ])  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="lockgate.runner"):
+    with caplog.at_level(logging.INFO, logger="lockgate.worker.runner"):
         await asyncio.wait_for(worker_for(app).run(burst=True), 30)
     assert sent == ["fresh"]
     assert list_dead(app) == []

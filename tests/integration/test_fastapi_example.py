@@ -22,8 +22,8 @@ from psycopg import sql
 
 from conftest import WAIT_TIMEOUT, delete_namespace, worker_for
 from lockgate import App
-from lockgate.postgres import TABLE as CLAIMS
-from lockgate.transactions import drain
+from lockgate.integrations.postgres import TABLE as CLAIMS
+from lockgate.integrations.transactions import drain
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -34,11 +34,11 @@ from conftest import (
 )
 from faults.support import PrivateRedis, hold, leftovers, wait_serving
 from lockgate import App, ConfigError, Message, RetryableError, current_job
-from lockgate.connections import async_client
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
-from lockgate.sorted_broker import SortedConsumer
-from lockgate.stream_broker import StreamConsumer
+from lockgate.backend.connections import async_client
+from lockgate.backend.keys import GROUP
+from lockgate.backend.sorted_broker import SortedConsumer
+from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.ops.deadletter import list_dead
 
 
 def record_key(app: App, name: str) -> str:

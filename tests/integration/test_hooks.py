@@ -15,7 +15,7 @@ from cli_runs import invoke, one_error_line
 
 from conftest import worker_for
 from lockgate import App, ConfigError, StartupFailed
-from lockgate.inspect import queue_stats
+from lockgate.ops.inspect import queue_stats
 
 
 async def test_hooks_run_in_order_around_every_job_and_share_app_state(
@@ -101,7 +101,7 @@ async def test_a_failing_shutdown_hook_is_logged_and_the_others_still_run(
     def broken() -> None:
         raise RuntimeError("already closed")
 
-    with caplog.at_level(logging.ERROR, logger="lockgate.hooks"):
+    with caplog.at_level(logging.ERROR, logger="lockgate.api.hooks"):
         await asyncio.wait_for(worker_for(app).run(burst=True), 30)
     assert closed == ["last"]
     assert any("on_shutdown hook" in r.getMessage() and "broken" in r.getMessage()

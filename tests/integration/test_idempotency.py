@@ -28,10 +28,10 @@ from lockgate import (
     RetryableError,
     current_job,
 )
-from lockgate.codec import decode, encode
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP, Keys
-from lockgate.lua import ScriptCall, SyncScripts
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts
+from lockgate.core.codec import decode, encode
+from lockgate.ops.deadletter import list_dead
 
 
 def namespace_keys(rclient: redis.Redis, namespace: str) -> list[bytes]:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from lockgate import App
-from lockgate.isolation import run_in_child
+from lockgate.process.isolation import run_in_child
 
 
 async def test_a_child_claims_while_the_parent_holds_claims_and_locks(

@@ -33,9 +33,9 @@ from test_extras import run_without
 
 from conftest import running, wait_until, wait_until_sync, worker_for
 from lockgate import App, ConfigError, RetryableError, current_job
-from lockgate.embedded import free_port
-from lockgate.inspect import queue_stats
-from lockgate.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
+from lockgate.integrations.embedded import free_port
+from lockgate.ops.inspect import queue_stats
+from lockgate.ops.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
 
 HERE = Path(__file__).parent
 LOCAL = "127.0.0.1"
@@ -424,7 +424,7 @@ def test_json_logs_and_a_line_per_finished_job(cli: ModuleType, env: dict[str, s
     assert (dead["task"], dead["outcome"]) == ("charge", "dead_lettered")
     assert dead["error"] == "ValueError: card declined for A1"
     # The dead letter's own ERROR line, traceback and all, is one JSON line too.
-    # (The traceback is the record's exception, after the line: lockgate.logs.)
+    # (The traceback is the record's exception, after the line: lockgate.core.logs.)
     assert any(
         "Traceback" in line.get("exception", "") for line in lines if line["severity"] == "ERROR"
     )
@@ -440,6 +440,6 @@ def test_metrics_without_prometheus_client_is_one_line_naming_the_extra(processe
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: lockgate.metrics needs prometheus_client, which is not installed: "
+        "error: lockgate.ops.metrics needs prometheus_client, which is not installed: "
         "pip install 'lockgate[metrics]'"
     ]

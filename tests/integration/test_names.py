@@ -20,7 +20,7 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import AlreadyProcessed, App, current_job
-from lockgate.keys import Keys, done_marker_place
+from lockgate.backend.keys import Keys, done_marker_place
 
 TTL_S = 3600
 
@@ -240,7 +240,7 @@ async def test_a_job_id_with_a_newline_stays_on_one_log_line(
     make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app()
-    forged = "x\nERROR lockgate.worker: forged line"
+    forged = "x\nERROR lockgate.worker.loop: forged line"
 
     @app.task(name="charge", idempotent=True, idempotency_ttl=TTL_S, retries=0)
     def charge() -> None:

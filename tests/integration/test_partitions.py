@@ -12,20 +12,12 @@ from typing import Any
 import pytest
 
 from conftest import finish, running, wait_until, worker_for
-from lockgate import (
-    AlreadyProcessed,
-    App,
-    ConfigError,
-    RetryableError,
-    Worker,
-    WorkerConfig,
-    deadletter,
-    partitioned,
-    queues,
-)
-from lockgate.connections import AsyncClient, async_client
-from lockgate.embedded import EmbeddedServer
-from lockgate.partitions import partition_of
+from lockgate import AlreadyProcessed, App, ConfigError, RetryableError, Worker, WorkerConfig
+from lockgate.backend import partitioned
+from lockgate.backend.connections import AsyncClient, async_client
+from lockgate.backend.partitions import partition_of
+from lockgate.integrations.embedded import EmbeddedServer
+from lockgate.ops import deadletter, queues
 
 PARTITIONS = 4
 

@@ -25,7 +25,7 @@ from psycopg import sql
 from conftest import wait_until_sync
 from lockgate import AlreadyProcessed, App, ClaimBusy, ConfigError, DatabaseError
 from lockgate.cli import main
-from lockgate.postgres import TABLE, claim, claim_async, init_schema, is_claimed
+from lockgate.integrations.postgres import TABLE, claim, claim_async, init_schema, is_claimed
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 UNREACHABLE_DSN = "host=127.0.0.1 port=1 dbname=test user=postgres connect_timeout=5"

@@ -15,7 +15,7 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, current_job
-from lockgate.partitions import partition_of
+from lockgate.backend.partitions import partition_of
 
 LEVELS = ("critical", "normal", "low")
 BACKENDS = ["streams", "sorted"]

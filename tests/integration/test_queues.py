@@ -18,10 +18,11 @@ from cli_runs import cli_app_in, invoke, one_error_line
 from terminal import Terminal
 
 from conftest import job_ended, running, wait_until, worker_for
-from lockgate import App, ConfigError, queues
-from lockgate.connections import async_client
-from lockgate.sorted_broker import SortedConsumer
-from lockgate.stream_broker import StreamConsumer
+from lockgate import App, ConfigError
+from lockgate.backend.connections import async_client
+from lockgate.backend.sorted_broker import SortedConsumer
+from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.ops import queues
 
 BACKENDS = ["streams", "sorted"]
 HERE = Path(__file__).parent

@@ -18,9 +18,9 @@ import redis
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, WorkerConfig, current_job
-from lockgate.broker import Delivery, ReadClaim
-from lockgate.codec import Job
-from lockgate.runner import CLAIM_RETRY, JobRunner, TaskPool
+from lockgate.backend.broker import Delivery, ReadClaim
+from lockgate.core.codec import Job
+from lockgate.worker.runner import CLAIM_RETRY, JobRunner, TaskPool
 
 BACKENDS = pytest.mark.parametrize("backend", ["streams", "sorted"])
 SLACK = 0.1  # seconds a start may seem early by: scheduling noise between two workers

@@ -16,13 +16,13 @@ import pytest
 import redis
 
 from lockgate import App
-from lockgate.broker import Consumer
-from lockgate.config import WorkerConfig
-from lockgate.connections import async_client
-from lockgate.deadletter import list_dead
-from lockgate.idempotency import Claim
-from lockgate.keys import Keys
-from lockgate.worker import Worker
+from lockgate.api.idempotency import Claim
+from lockgate.backend.broker import Consumer
+from lockgate.backend.connections import async_client
+from lockgate.backend.keys import Keys
+from lockgate.core.config import WorkerConfig
+from lockgate.ops.deadletter import list_dead
+from lockgate.worker.loop import Worker
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}
 ESCAPED = 'pay "A\\1" \u00e9'  # a quote, a backslash and a non-ASCII letter

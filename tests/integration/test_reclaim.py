@@ -15,10 +15,10 @@ import redis
 
 from conftest import job_ended, running, unacked_reads, wait_until, wait_until_sync, worker_for
 from lockgate import App, current_job
-from lockgate.connections import async_client
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
-from lockgate.stream_broker import StreamConsumer
+from lockgate.backend.connections import async_client
+from lockgate.backend.keys import GROUP
+from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.ops.deadletter import list_dead
 
 
 def consumers(rclient: redis.Redis, stream: str) -> dict[str, dict[str, int]]:

@@ -23,9 +23,9 @@ from cli_runs import invoke
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, ConfigError, RetryableError, current_job
-from lockgate.activity import counter_name, minute_of
-from lockgate.inspect import activity, live_workers
-from lockgate.registry import EXPIRES_AFTER, SWEEP_AFTER, WorkerInfo
+from lockgate.ops.inspect import activity, live_workers
+from lockgate.worker.activity import counter_name, minute_of
+from lockgate.worker.registry import EXPIRES_AFTER, SWEEP_AFTER, WorkerInfo
 
 BACKENDS = ["streams", "sorted"]
 STATS_APP = "registry_stats_app"  # the module the CLI imports the test's app from

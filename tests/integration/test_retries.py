@@ -31,8 +31,8 @@ from lockgate import (
     SerializationError,
     current_job,
 )
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.ops.deadletter import list_dead
 
 BACKENDS = ["streams", "sorted"]
 HERE = Path(__file__).parent

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, ConfigError, Message, RetryableError, current_job
-from lockgate.deadletter import list_dead
 from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable
+from lockgate.ops.deadletter import list_dead
 
 BACKENDS = ["streams", "sorted"]
 

@@ -26,7 +26,7 @@ from cli_runs import cli_app_in, invoke, one_error_line
 from clusters import Node, ServerSet, wait_for
 from faults.support import free_port, redis_server_binary
 from lockgate import App, ConnectionFailed, Worker, WorkerConfig
-from lockgate.inspect import queue_stats
+from lockgate.ops.inspect import queue_stats
 
 SPEC = "cli_app:app"
 RUN_TIMEOUT = 60  # loose: a bound against hangs

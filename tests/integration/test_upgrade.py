@@ -32,10 +32,10 @@ import redis
 
 from conftest import inspection_client, running, unacked_reads, wait_until, worker_for
 from lockgate import App, current_job
-from lockgate.codec import decode
-from lockgate.deadletter import list_dead
-from lockgate.keys import Keys
-from lockgate.policy import aging_boost_us
+from lockgate.backend.keys import Keys
+from lockgate.core.codec import decode
+from lockgate.core.policy import aging_boost_us
+from lockgate.ops.deadletter import list_dead
 
 # A Unix time from 0.1's days: the producer clock's `enqueued` field.
 OLD_ENQUEUED = 1764428579.5
@@ -335,7 +335,7 @@ async def test_sorted_jobs_queued_delayed_and_in_flight_under_0_1_each_run_once(
     assert not rclient.exists(q.owners)
     expected = ["old-critical:1:free", "old-delayed:1", "old-inflight:1:free", "old-queued:1"]
     # The first worker of this release on the namespace takes nobody for dead before a
-    # whole visibility timeout of beats (lockgate.liveness): a short one, for the test.
+    # whole visibility timeout of beats (lockgate.worker.liveness): a short one, for the test.
     worker = worker_for(app, concurrency=4, visibility_timeout=1.0)
     async with running(worker):
         await wait_until(lambda: len(runs(rclient, app)) >= len(expected))

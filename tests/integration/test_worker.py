@@ -15,9 +15,9 @@ import redis
 
 from conftest import finish, job_ended, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed, Worker, WorkerConfig, current_job
-from lockgate.codec import decode
-from lockgate.deadletter import list_dead
-from lockgate.keys import GROUP
+from lockgate.backend.keys import GROUP
+from lockgate.core.codec import decode
+from lockgate.ops.deadletter import list_dead
 
 BACKENDS = ["streams", "sorted"]
 
@@ -236,7 +236,7 @@ async def test_a_failing_task_is_logged_and_dead_lettered(
     failures = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert failures and all("boom-1" in r.getMessage() for r in failures), failures
     # The dead letter's line reports the error; its traceback follows the line, as an
-    # exception's does (the record's exc_text: see lockgate.logs).
+    # exception's does (the record's exc_text: see lockgate.core.logs).
     with_traceback = [r for r in failures if "Traceback" in (r.exc_text or "")]
     assert len(with_traceback) == 1
     assert "RuntimeError: kaput" in with_traceback[0].getMessage()

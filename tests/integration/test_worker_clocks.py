@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from conftest import wait_until
-from lockgate.inspect import live_workers, stats_report
-from lockgate.registry import HEARTBEAT_EVERY
+from lockgate.ops.inspect import live_workers, stats_report
+from lockgate.worker.registry import HEARTBEAT_EVERY
 
 HERE = Path(__file__).parent
 SKEWS = {"slow": "-10m", "right": None, "fast": "+10m"}

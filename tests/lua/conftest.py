@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from conftest import serving_forever
-from lockgate.keys import Keys
+from lockgate.backend.keys import Keys
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from lockgate.keys import Keys
-from lockgate.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.keys import Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
 
 
 def run(scripts: SyncScripts, name: Any, keys: list[str], args: list[Any]) -> Any:

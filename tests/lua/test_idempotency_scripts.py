@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from conftest import wait_until_sync
-from lockgate.keys import GROUP, Keys
-from lockgate.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
 
 OLD, NEW = "token-old", "token-new"
 DAY_MS = 86_400_000

@@ -10,8 +10,8 @@ from typing import Any
 import redis
 
 from conftest import wait_until_sync
-from lockgate.keys import GROUP, Keys
-from lockgate.lua import ScriptCall, SyncScripts
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts
 from lua.test_stream_scripts import enqueue, idle_ms, pending_consumers, read
 
 LEASE_MS = 600

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from conftest import unacked_reads
-from lockgate.keys import GROUP, Keys, done_marker_place
-from lockgate.lua import ScriptCall, SyncScripts, source
-from lockgate.partitions import Layout, partition_tags
+from lockgate.backend.keys import GROUP, Keys, done_marker_place
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.partitions import Layout, partition_tags
 
 PARTITIONS = 4
 WAKE_TTL_MS = 600_000

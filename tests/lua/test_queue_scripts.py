@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from conftest import LIVENESS_ARGS, unacked_reads
-from lockgate.keys import GROUP, Keys, SortedKeys
-from lockgate.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.keys import GROUP, Keys, SortedKeys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
 
 # Workers named here never beat: each counts as dead as it did before liveness.
 pytestmark = pytest.mark.usefixtures("liveness_of_old")

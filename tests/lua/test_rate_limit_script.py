@@ -11,8 +11,8 @@ import uuid
 import redis
 
 from conftest import wait_until_sync
-from lockgate.keys import Keys
-from lockgate.lua import ScriptCall, SyncScripts
+from lockgate.backend.keys import Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts
 
 TEN_S_US = 10_000_000
 

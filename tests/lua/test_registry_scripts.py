@@ -1,5 +1,5 @@
 """heartbeat_worker, leave_worker and server_time (the worker registry on the server's
-clock), called directly on Redis with the pure builders of :mod:`lockgate.registry`."""
+clock), called directly on Redis with the pure builders of :mod:`lockgate.worker.registry`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,17 @@ from typing import Any
 
 import redis
 
-from lockgate.activity import Batch, minute_of
-from lockgate.keys import Keys
-from lockgate.lua import ScriptCall, SyncScripts, source
-from lockgate.registry import KEEP_MS, SWEEP_AFTER, WorkerInfo, heartbeat_call, leave_call, placed
+from lockgate.backend.keys import Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
+from lockgate.worker.activity import Batch, minute_of
+from lockgate.worker.registry import (
+    KEEP_MS,
+    SWEEP_AFTER,
+    WorkerInfo,
+    heartbeat_call,
+    leave_call,
+    placed,
+)
 
 COUNTER = "done:normal:default"
 # Far from the server's clock: the times a script writes are the server's, not these.

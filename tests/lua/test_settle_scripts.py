@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from conftest import LIVENESS_ARGS, wait_until_sync
-from lockgate.keys import GROUP, Keys, SortedKeys
-from lockgate.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.keys import GROUP, Keys, SortedKeys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
 from lua.test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
 
 # Workers named here never beat: each counts as dead as it did before liveness.

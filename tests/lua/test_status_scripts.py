@@ -8,8 +8,8 @@ from typing import Any
 
 import redis
 
-from lockgate.keys import GROUP, Keys
-from lockgate.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.lua import ScriptCall, SyncScripts, source
 
 PAYLOAD = b'{"id":"a","task":"t","queue":"q","level":"low"}'
 

@@ -1,4 +1,4 @@
-"""Activity counts (lockgate.activity): wait buckets, percentiles from buckets, what the
+"""Activity counts (lockgate.worker.activity): wait buckets, percentiles from buckets, what the
 recorder counts, and the rolling window read back. Pure: no Redis, times injected."""
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from lockgate.activity import (
+from lockgate.backend.broker import Delivery
+from lockgate.core.codec import Job
+from lockgate.core.outcome import ALREADY_PROCESSED, DONE, ErrorInfo, Outcome
+from lockgate.worker.activity import (
     BOUNDS,
     KEEP_MINUTES,
     MINUTE,
@@ -24,10 +27,7 @@ from lockgate.activity import (
     percentile,
     summarize,
 )
-from lockgate.broker import Delivery
-from lockgate.codec import Job
-from lockgate.outcome import ALREADY_PROCESSED, DONE, ErrorInfo, Outcome
-from lockgate.runner import Ending
+from lockgate.worker.runner import Ending
 
 LEVELS = ("critical", "normal", "low")
 NOW = 1_700_000_010.0  # 30 s into a minute

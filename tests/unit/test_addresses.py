@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.connection import parse_url
 
-from lockgate.addresses import parse_address
+from lockgate.backend.addresses import parse_address
 from lockgate.errors import ConfigError
 
 

@@ -21,8 +21,8 @@ import msgspec
 import pytest
 
 from lockgate import App, InvalidArguments, SerializationError
-from lockgate.codec import MAX_DEPTH, decode, encode
-from lockgate.task import Task
+from lockgate.api.task import Task
+from lockgate.core.codec import MAX_DEPTH, decode, encode
 
 NOWHERE = "redis://127.0.0.1:1/0"
 DAY = date(2024, 1, 31)

@@ -9,17 +9,17 @@ import redis
 import redis.asyncio as aioredis
 
 from lockgate import BrokerError, ConfigError, ConnectionFailed, ScriptError
-from lockgate.addresses import masked
-from lockgate.broker import EnqueuePlan, Outgoing, batches
-from lockgate.codec import Job
-from lockgate.config import Levels
-from lockgate.connections import async_client, sync_client
-from lockgate.faults import translated
-from lockgate.keys import Keys
-from lockgate.partitions import Layout
-from lockgate.policy import reconnect_delay
-from lockgate.sorted_broker import SortedBroker
-from lockgate.stream_broker import StreamBroker
+from lockgate.backend.addresses import masked
+from lockgate.backend.broker import EnqueuePlan, Outgoing, batches
+from lockgate.backend.connections import async_client, sync_client
+from lockgate.backend.faults import translated
+from lockgate.backend.keys import Keys
+from lockgate.backend.partitions import Layout
+from lockgate.backend.sorted_broker import SortedBroker
+from lockgate.backend.stream_broker import StreamBroker
+from lockgate.core.codec import Job
+from lockgate.core.config import Levels
+from lockgate.core.policy import reconnect_delay
 
 
 def test_masked_hides_only_the_password() -> None:

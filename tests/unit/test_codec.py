@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from lockgate import SerializationError, codec
-from lockgate.codec import (
+from lockgate import SerializationError
+from lockgate.core import codec
+from lockgate.core.codec import (
     MAX_DEPTH,
     MAX_JOB_ID_BYTES,
     Job,

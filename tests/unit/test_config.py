@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lockgate import App, ConfigError, WorkerConfig
-from lockgate.config import DEFAULT_LEVELS, Levels, check_name, resolve_redis_url, seconds
+from lockgate.core.config import DEFAULT_LEVELS, Levels, check_name, resolve_redis_url, seconds
 
 # Apps below never connect: construction is lazy, so a dead port proves no I/O happens.
 NOWHERE = "redis://127.0.0.1:1/0"

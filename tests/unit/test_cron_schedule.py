@@ -1,4 +1,4 @@
-"""Cron schedules (lockgate.cron) and ``@app.cron`` declarations: no server needed."""
+"""Cron schedules (lockgate.core.cron) and ``@app.cron`` declarations: no server needed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from lockgate import App, ConfigError, Message, WorkerConfig
-from lockgate.codec import check_job_id
-from lockgate.cron import MIN_ONCE_TTL, Schedule, stamp
+from lockgate.core.codec import check_job_id
+from lockgate.core.cron import MIN_ONCE_TTL, Schedule, stamp
 
 NOWHERE = "redis://127.0.0.1:1/0"  # nothing listens: nothing below may connect
 NEW_YORK = ZoneInfo("America/New_York")

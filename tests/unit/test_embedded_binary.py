@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.embedded import choose_binary
 from lockgate.errors import ConfigError
+from lockgate.integrations.embedded import choose_binary
 
 
 def test_the_bundled_binary_wins() -> None:

@@ -8,6 +8,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, NoScriptError, RedisClusterException
 
+from lockgate.backend.faults import classify, translate, translated
+from lockgate.backend.write_deadline import ChainedRetry
 from lockgate.errors import (
     AccessDenied,
     BrokerError,
@@ -17,8 +19,6 @@ from lockgate.errors import (
     ScriptError,
     ServerBusy,
 )
-from lockgate.faults import classify, translate, translated
-from lockgate.write_deadline import ChainedRetry
 
 URL = "redis://:***@h:6379/0"
 

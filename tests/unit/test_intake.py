@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from lockgate.intake import FLOOR, IntakeLimit, sample_lag
+from lockgate.core.intake import FLOOR, IntakeLimit, sample_lag
 
 
 def test_the_limit_shrinks_while_the_lag_is_over_budget_but_not_below_the_floor() -> None:

@@ -26,8 +26,9 @@ import pytest
 import uvloop
 
 from conftest import wait_until, wait_until_sync
-from lockgate import App, ConfigError, isolation
-from lockgate.isolation import EXIT_WORK_RAISED, ChildExit, describe, run_in_child
+from lockgate import App, ConfigError
+from lockgate.process import isolation
+from lockgate.process.isolation import EXIT_WORK_RAISED, ChildExit, describe, run_in_child
 
 # Nothing listens, and no client probes a socket URL: no test here reaches Redis.
 NOWHERE = "unix:///nonexistent/lockgate-unit.sock"
@@ -375,7 +376,7 @@ async def test_a_cancelled_caller_leaves_the_child_running_and_reaped(
         return b"done"
 
     pool = ThreadPoolExecutor(1)
-    caplog.set_level(logging.INFO, logger="lockgate.isolation")
+    caplog.set_level(logging.INFO, logger="lockgate.process.isolation")
     try:
         run = asyncio.ensure_future(run_in_child(side_effect, timeout=30, executor=pool))
         await wait_until(pid_file.exists)
@@ -563,7 +564,7 @@ def test_a_child_dies_with_its_worker(tmp_path: Path) -> None:
     script = f"""
 import asyncio, os, time
 from concurrent.futures import ThreadPoolExecutor
-from lockgate.isolation import run_in_child
+from lockgate.process.isolation import run_in_child
 
 def work():
     open({str(pid_file)!r}, "w").write(str(os.getpid()))

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from lockgate.broker import Delivery
-from lockgate.codec import Job
-from lockgate.joblog import Ended, JsonFormatter, ended_as
-from lockgate.outcome import ALREADY_PROCESSED, CANCELLED, DONE, ErrorInfo, Outcome, dead, wait
-from lockgate.runner import Ending
+from lockgate.backend.broker import Delivery
+from lockgate.core.codec import Job
+from lockgate.core.outcome import ALREADY_PROCESSED, CANCELLED, DONE, ErrorInfo, Outcome, dead, wait
+from lockgate.worker.joblog import Ended, JsonFormatter, ended_as
+from lockgate.worker.runner import Ending
 
 JOB = Job(id="j1", task="charge", queue="default", level="normal")
 FAILED = ErrorInfo("ValueError", "no")

@@ -13,8 +13,8 @@ import pytest
 from redis.crc import key_slot
 
 from lockgate import App
-from lockgate.keys import Keys, done_marker_place
-from lockgate.partitions import Layout, partition_of, partition_tags
+from lockgate.backend.keys import Keys, done_marker_place
+from lockgate.backend.partitions import Layout, partition_of, partition_tags
 
 NAMESPACE = "shop-eu"
 ARGUMENTS: dict[str, Any] = {
@@ -106,7 +106,7 @@ def test_place_keys_name_the_keys_a_marker_points_at() -> None:
 
 
 # Tags a partitioned namespace gives Keys: a partition's, a user claim's (one done bucket),
-# a counter's and a cooldown's (see lockgate.partitions).
+# a counter's and a cooldown's (see lockgate.backend.partitions).
 TAGS = [
     *partition_tags(NAMESPACE, 4), f"{NAMESPACE}/c.7ff", f"{NAMESPACE}/n.views:A1",
     f"{NAMESPACE}/k.pay:{{A1}}",

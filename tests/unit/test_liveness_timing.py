@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.broker import Liveness
+from lockgate.backend.broker import Liveness
 
 
 @pytest.mark.parametrize(

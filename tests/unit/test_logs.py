@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lockgate
-from lockgate.logs import OneLine, get_logger, one_line, traceback_extra
+from lockgate.core.logs import OneLine, get_logger, one_line, traceback_extra
 
 
 def test_control_characters_are_escaped_as_repr_shows_them() -> None:

@@ -6,9 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from lockgate.codec import Job
-from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
-from lockgate.outcome import (
+from lockgate.core.codec import Job
+from lockgate.core.outcome import (
     DONE,
     LONGEST_WAIT,
     decide,
@@ -17,7 +16,8 @@ from lockgate.outcome import (
     markers_expired,
     wait,
 )
-from lockgate.retry import Backoff, RetryPolicy
+from lockgate.core.retry import Backoff, RetryPolicy
+from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
 
 NOW = 1_000_000.0
 

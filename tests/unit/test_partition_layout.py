@@ -14,18 +14,18 @@ from typing import Any
 import pytest
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from lockgate.broker import LevelStats
-from lockgate.errors import ConfigError
-from lockgate.keys import Keys, done_marker_place
-from lockgate.partitions import (
+from lockgate.backend.broker import LevelStats
+from lockgate.backend.keys import Keys, done_marker_place
+from lockgate.backend.partitions import (
     MAX_PARTITIONS,
     Layout,
     check_partitions,
     partition_of,
     partition_tags,
 )
-from lockgate.policy import WeightedPolicy, spread_read
-from lockgate.stream_broker import merge_stats
+from lockgate.backend.stream_broker import merge_stats
+from lockgate.core.policy import WeightedPolicy, spread_read
+from lockgate.errors import ConfigError
 
 NS = "shop"
 SLOTS = REDIS_CLUSTER_HASH_SLOTS

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from lockgate.core.policy import StrictPolicy, WeightedPolicy, aging_boost_us, make_policy
 from lockgate.errors import ConfigError
-from lockgate.policy import StrictPolicy, WeightedPolicy, aging_boost_us, make_policy
 
 WEIGHTS = [10, 5, 1]
 PLENTY = 10**9

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lockgate import App, ConfigError
-from lockgate.ratelimit import BURST, Rate, parse_rate
+from lockgate.core.ratelimit import BURST, Rate, parse_rate
 
 NOWHERE = "redis://127.0.0.1:1/0"
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from lockgate.core.retry import Backoff, RetryPolicy
 from lockgate.errors import ConfigError
-from lockgate.retry import Backoff, RetryPolicy
 
 
 def test_backoff_ceiling_doubles_from_base_up_to_the_cap() -> None:

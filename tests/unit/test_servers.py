@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lockgate import ConfigError
-from lockgate.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
+from lockgate.backend.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
 
 URL = "redis://user:secret@cache:6379/0"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lockgate.errors import ConfigError
-from lockgate.supervisor import GiveUp, Restart, RestartBackoff, RestartPlan, describe_exit
+from lockgate.process.supervisor import GiveUp, Restart, RestartBackoff, RestartPlan, describe_exit
 
 BACKOFF = RestartBackoff()  # 0.5 s doubling to 30 s; stable after 30 s
 

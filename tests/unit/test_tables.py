@@ -1,10 +1,10 @@
-"""lockgate.tables: rows in, lines out; alignment, fitting a width, no limit when asked."""
+"""lockgate.cli.tables: rows in, lines out; alignment, fitting a width, no limit when asked."""
 
 from __future__ import annotations
 
 import pytest
 
-from lockgate.tables import Column, display_width, fit, render, wrap
+from lockgate.cli.tables import Column, display_width, fit, render, wrap
 
 LONG = "card declined by the issuer after three attempts: " + "do not honour " * 20
 

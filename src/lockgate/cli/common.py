@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lockgate.app import App
+from lockgate.api.app import App
 from lockgate.errors import ConfigError, ConnectionFailed, InvalidArguments, LockgateError
 
 T = TypeVar("T")

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 
 import click
 
-from lockgate import deadletter
-from lockgate.app import App
+from lockgate.api.app import App
 from lockgate.cli.common import EXIT_USAGE, consent, load_app, reported_errors, terminal_width
 from lockgate.cli.options import log_level_option, url_option
-from lockgate.tables import Column, fit, render
+from lockgate.cli.tables import Column, fit, render
+from lockgate.ops import deadletter
 
 
 @click.group()

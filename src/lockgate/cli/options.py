@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lockgate.config import REDIS_URL_ENV
+from lockgate.core.config import REDIS_URL_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

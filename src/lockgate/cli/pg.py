@@ -24,7 +24,7 @@ def pg_init(dsn: str, table: str) -> None:
     # The import is inside: without psycopg it raises MissingExtra, one line naming the
     # extra; a DSN that is wrong or unreachable is the user's to fix too (exit 2).
     with reported_errors(DatabaseError):
-        from lockgate.postgres import init_schema, masked_dsn
+        from lockgate.integrations.postgres import init_schema, masked_dsn
 
         init_schema(dsn, table=table)
     click.echo(f"table {table} ready at {masked_dsn(dsn)}")

@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import click
 
-from lockgate import queues
-from lockgate.app import App
+from lockgate.api.app import App
 from lockgate.cli.common import consent, load_app, reported_errors, run_closing
 from lockgate.cli.options import log_level_option, url_option
+from lockgate.ops import queues
 
 
 @click.group("queue")

@@ -6,11 +6,11 @@ import json
 
 import click
 
-from lockgate.addresses import masked
+from lockgate.backend.addresses import masked
 from lockgate.cli.common import load_app, reported_errors, run_closing, terminal_width
 from lockgate.cli.options import log_level_option, url_option
-from lockgate.inspect import LevelStats, StatsReport, stats_report
-from lockgate.tables import Column, fit, render
+from lockgate.cli.tables import Column, fit, render
+from lockgate.ops.inspect import LevelStats, StatsReport, stats_report
 
 STATS_COLUMNS = (
     Column("queue", shrink="truncate", min_width=5),

@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import click
 
-from lockgate.app import App
+from lockgate.api.app import App
 from lockgate.cli.common import load_app, reported_errors, run_async
 from lockgate.cli.options import effective_log_level, log_level_option, url_option
-from lockgate.config import WorkerConfig
-from lockgate.joblog import JobLog, use_json
-from lockgate.logs import get_logger
-from lockgate.worker import Worker
+from lockgate.core.config import WorkerConfig
+from lockgate.core.logs import get_logger
+from lockgate.worker.joblog import JobLog, use_json
+from lockgate.worker.loop import Worker
 
 log = get_logger(__name__)
 
@@ -88,7 +88,7 @@ def worker(
     app = load_app(app_spec, url)
     with reported_errors(), contextlib.ExitStack() as stack:
         if embedded:
-            from lockgate.embedded import EmbeddedServer
+            from lockgate.integrations.embedded import EmbeddedServer
 
             server = stack.enter_context(EmbeddedServer())
             app.redis_url = server.url
@@ -109,7 +109,7 @@ def worker(
             running.watchers.add(JobLog(app).enable())
         metrics = None
         if metrics_port is not None or metrics_dir is not None:
-            from lockgate.metrics import WorkerMetrics  # without the extra: one line naming it
+            from lockgate.ops.metrics import WorkerMetrics  # without the extra: one line naming it
 
             metrics = WorkerMetrics(running, port=metrics_port, directory=metrics_dir)
         # What start-up made (modules, the app and its tasks) lives as long as the process:
@@ -152,21 +152,21 @@ def _supervise(
 
     With ``--embedded`` the supervisor runs the one server and gives the children its URL;
     with ``--metrics-port`` it serves the one metrics endpoint of all of them (see
-    :class:`lockgate.metrics.SupervisorMetrics`).
+    :class:`lockgate.ops.metrics.SupervisorMetrics`).
     """
-    from lockgate.supervisor import Supervisor
+    from lockgate.process.supervisor import Supervisor
 
     ctx = click.get_current_context()
     with reported_errors(), contextlib.ExitStack() as stack:
         on_exit: Callable[[int], None] | None = None
         to_metrics: list[str] = []  # where the workers write what the endpoint serves
         if metrics_port is not None:
-            from lockgate.metrics import SupervisorMetrics  # without the extra: one line
+            from lockgate.ops.metrics import SupervisorMetrics  # without the extra: one line
 
             endpoint = stack.enter_context(SupervisorMetrics(metrics_port))
             on_exit, to_metrics = endpoint.process_exited, ["--metrics-dir", endpoint.directory]
         if embedded:
-            from lockgate.embedded import EmbeddedServer
+            from lockgate.integrations.embedded import EmbeddedServer
 
             server = stack.enter_context(EmbeddedServer())
             url = server.url

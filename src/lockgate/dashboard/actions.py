@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
-from lockgate import deadletter, queues
-from lockgate.app import App
-from lockgate.inspect import queue_stats
+from lockgate.api.app import App
+from lockgate.ops import deadletter, queues
+from lockgate.ops.inspect import queue_stats
 
 Form = Mapping[str, str]
 ALL_LETTERS = 1_000_000  # as `lockgate dlq replay --all`: every letter there is

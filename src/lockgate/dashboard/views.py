@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
-from lockgate import deadletter, queues
-from lockgate.activity import LevelActivity
-from lockgate.app import App
-from lockgate.broker import LevelStats
+from lockgate.api.app import App
+from lockgate.backend.broker import LevelStats
 from lockgate.dashboard.charts import COMPACT, Series, legend, line_chart
-from lockgate.inspect import Activity, WorkerInfo, activity, live_workers, queue_stats
+from lockgate.ops import deadletter, queues
+from lockgate.ops.inspect import Activity, WorkerInfo, activity, live_workers, queue_stats
+from lockgate.worker.activity import LevelActivity
 
 MINUTES = 15  # the activity window of the overview's rates and charts
 # Dead letters read to count them per queue and level; past that the page says so.

@@ -38,8 +38,8 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lockgate import deadletter
-from lockgate.app import App
+from lockgate.api.app import App
+from lockgate.core.logs import get_logger
 from lockgate.dashboard import views
 from lockgate.dashboard.actions import ACTIONS, Refused
 from lockgate.dashboard.security import (
@@ -57,9 +57,9 @@ from lockgate.dashboard.security import (
     token_matches,
 )
 from lockgate.dashboard.throttle import LoginThrottle, client_key
-from lockgate.delayed import delayed_jobs
 from lockgate.errors import ConfigError, LockgateError
-from lockgate.logs import get_logger
+from lockgate.ops import deadletter
+from lockgate.ops.delayed import delayed_jobs
 
 log = get_logger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]

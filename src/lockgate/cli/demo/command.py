@@ -9,7 +9,7 @@ import click
 from lockgate.cli.common import reported_errors
 from lockgate.cli.demo.scenario import run_demo
 from lockgate.cli.options import log_level_given, log_level_option
-from lockgate.config import REDIS_URL_ENV
+from lockgate.core.config import REDIS_URL_ENV
 
 
 @click.command()

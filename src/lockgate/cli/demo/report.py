@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from lockgate.tables import Column, display_width, fit, render, wrap
+from lockgate.cli.tables import Column, display_width, fit, render, wrap
 
 
 @dataclass

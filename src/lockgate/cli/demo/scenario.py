@@ -22,14 +22,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from lockgate.addresses import masked
-from lockgate.app import App
+from lockgate.api.app import App
+from lockgate.api.context import current_job
+from lockgate.backend.addresses import masked
 from lockgate.cli.common import terminal_width
 from lockgate.cli.demo.report import Progress, Run, report
-from lockgate.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
-from lockgate.context import current_job
-from lockgate.embedded import redis_url_or_embedded
-from lockgate.worker import Worker
+from lockgate.core.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
+from lockgate.integrations.embedded import redis_url_or_embedded
+from lockgate.worker.loop import Worker
 
 LOW_JOBS, NORMAL_JOBS, CRITICAL_JOBS = 5_000, 500, 100
 CRITICAL_BURST = 10

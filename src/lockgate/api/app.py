@@ -1,0 +1,636 @@
+"""The App: task registry and enqueue, async at the core with a thin sync facade."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import timedelta, tzinfo
+from types import SimpleNamespace
+from typing import Any, ParamSpec, TypeVar, overload
+
+import msgspec
+
+from lockgate.api.eager import EagerRuns
+from lockgate.api.hooks import H, Hooks
+from lockgate.api.idempotency import (
+    DEFAULT_LEASE,
+    DEFAULT_TTL,
+    Claim,
+    LeaseKeeper,
+    check_ttl,
+)
+from lockgate.api.task import EnqueueResult, Message, Task
+from lockgate.backend.broker import EnqueuePlan, Outgoing
+from lockgate.backend.connections import AsyncClient, SyncClient
+from lockgate.backend.keys import Keys, check_key
+from lockgate.backend.lua import AsyncScripts, SyncScripts
+from lockgate.backend.partitions import check_partitions
+from lockgate.backend.store import Store
+from lockgate.core import codec
+from lockgate.core.codec import Job
+from lockgate.core.config import (
+    Backend,
+    Levels,
+    check_name,
+    check_task_name,
+    default_task_name,
+    resolve_redis_url,
+    seconds,
+)
+from lockgate.core.cron import Schedule, check_no_arguments
+from lockgate.core.ratelimit import parse_rate
+from lockgate.core.retry import Backoff, RetryPolicy, check_expiry
+from lockgate.core.status import FinalRecord, JobInfo, Poll, answer, job_info, settled
+from lockgate.errors import ConfigError, SerializationError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class App:
+    """A lockgate application: where tasks are declared and jobs are enqueued.
+
+    Args:
+        redis_url: None uses ``$LOCKGATE_REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
+        namespace: prefix (and Cluster hash tag) of every key; apps sharing jobs share it.
+        levels: level name -> weight; order is precedence (first is highest).
+        backend: ``streams`` (a stream per queue and level) or ``sorted`` (one ranked set
+            per queue with aging); producers and workers must agree.
+        aging: sorted backend: seconds of waiting worth one level of precedence.
+        max_payload_bytes: largest encoded job accepted by enqueue.
+        dead_letter_max_len: dead letters kept (the oldest are trimmed); None: no limit.
+        dead_letter_max_age: seconds (or a timedelta) a dead letter is kept; None: no limit.
+        legacy_markers: also write done markers (and mirror claims) the way lockgate 0.1
+            and 0.2 workers read them, for a rolling upgrade while such workers still run;
+            about 250 B of Redis memory per marker (480 B for an ``idempotent=True`` job)
+            instead of about 45 B; turn it off once none runs. Markers those releases
+            wrote are honoured either way. Job and step claims and ``incr_once`` guards
+            are then also mirrored under their 0.2 names (``job:<task>:<id>``, which two
+            jobs can share: task ``a`` with id ``b:c``, task ``a:b`` with id ``c``),
+            tagged so that a marker counts only for its own job here.
+        status_ttl: seconds (or a timedelta) an ended job's status (done, dead, cancelled,
+            with its times and attempts) stays readable by ``App.job``, then reads
+            ``unknown``: about 300 B of Redis memory per job ended in that window. None
+            or 0: not kept.
+        partitions: how many partitions (hash tags, so Redis Cluster slots) the
+            namespace's jobs are spread over, fixed for its life: 1 keeps every key
+            under one tag (one primary of a cluster); more spread the jobs, and their
+            load and memory, over the cluster's primaries (see
+            :mod:`lockgate.backend.partitions`). Producers and workers must agree: a count other
+            than the one recorded in Redis is a ``ConfigError`` at the first connection.
+            The sorted backend has one partition.
+
+    Raises:
+        ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
+            limit, a ``legacy_markers`` that is not a bool, or a bad ``partitions``
+            (several with the sorted backend).
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        namespace: str = "default",
+        levels: Mapping[str, int] | None = None,
+        backend: Backend = "streams",
+        *,
+        aging: float | timedelta = 60.0,
+        max_payload_bytes: int = 1_048_576,
+        dead_letter_max_len: int | None = 100_000,
+        dead_letter_max_age: float | timedelta | None = timedelta(days=30),
+        legacy_markers: bool = False,
+        status_ttl: float | timedelta | None = timedelta(minutes=10),
+        partitions: int = 1,
+    ) -> None:
+        url = resolve_redis_url(redis_url)
+        self.namespace = check_name(namespace, "namespace")
+        self.levels = Levels(weights=levels) if levels is not None else Levels()
+        if backend not in ("streams", "sorted"):
+            raise ConfigError(f"backend must be 'streams' or 'sorted', got {backend!r}")
+        self.backend: Backend = backend
+        self.aging_seconds = seconds(aging, "aging")
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
+            raise ConfigError(f"max_payload_bytes must be a whole number: {max_payload_bytes!r}")
+        if max_payload_bytes < 64:
+            raise ConfigError(f"max_payload_bytes must be >= 64, got {max_payload_bytes}")
+        self.max_payload_bytes = max_payload_bytes
+        if dead_letter_max_len is not None and (
+            isinstance(dead_letter_max_len, bool)
+            or not isinstance(dead_letter_max_len, int)
+            or dead_letter_max_len < 1
+        ):
+            raise ConfigError(
+                f"dead_letter_max_len must be a whole number >= 1 or None, "
+                f"got {dead_letter_max_len!r}"
+            )
+        # 0 is "no limit" in the ARGV of the scripts that trim (deadletter.trim_args).
+        self.dead_letter_max_len: int = dead_letter_max_len or 0
+        max_age = (
+            0.0
+            if dead_letter_max_age is None
+            else seconds(dead_letter_max_age, "dead_letter_max_age")
+        )
+        if dead_letter_max_age is not None and round(max_age * 1000) < 1:
+            raise ConfigError(
+                f"dead_letter_max_age must be at least 1 ms or None, got {dead_letter_max_age!r}"
+            )
+        self.dead_letter_max_age_ms: int = round(max_age * 1000)
+        if not isinstance(legacy_markers, bool):
+            raise ConfigError(f"legacy_markers must be True or False, got {legacy_markers!r}")
+        self.legacy_markers = legacy_markers
+        kept = 0.0 if status_ttl is None else seconds(status_ttl, "status_ttl")
+        self.status_ttl_ms: int = max(1, round(kept * 1000)) if kept else 0
+        self.partitions = check_partitions(partitions)
+        if partitions > 1 and backend != "streams":
+            raise ConfigError(
+                f"partitions={partitions} needs backend='streams': the sorted backend keeps "
+                "one partition (one ranked set per queue)"
+            )
+        self.store = Store(
+            url, self.namespace, self.levels, backend, self.aging_seconds, self.partitions,
+            queues=lambda: self.queues,
+        )  # fmt: skip
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}  # of the @cron tasks, by task name
+        self.lease_keeper = LeaseKeeper(self)
+        self.hooks = Hooks()
+        # What the startup hooks set up for the tasks (a database pool, an HTTP client).
+        self.state = SimpleNamespace()
+        self._eager: EagerRuns | None = None  # inside ``with app.eager():``
+        _APPS.add(self)
+
+    def on_startup(self, hook: H) -> H:
+        """Run ``hook`` in each worker process once it reached Redis, before its first job.
+
+        Sync or async, taking no argument or the App; what it sets up goes on
+        ``app.state``. Hooks run in declaration order; one that raises stops the worker
+        with [StartupFailed][lockgate.StartupFailed] (exit 2 from the CLI).
+
+        Raises:
+            ConfigError: ``hook`` is not a function of no argument or one (the App).
+        """
+        return self.hooks.on_startup(hook)
+
+    def on_shutdown(self, hook: H) -> H:
+        """Run ``hook`` in each worker process after its last job settled (last declared
+        first); one that raises is logged and the others still run. See
+        :mod:`lockgate.api.hooks` for runs it cannot wait for.
+
+        Raises:
+            ConfigError: ``hook`` is not a function of no argument or one (the App).
+        """
+        return self.hooks.on_shutdown(hook)
+
+    @property
+    def redis_url(self) -> str:
+        """The Redis URL (see ``App(redis_url=...)``)."""
+        return self.store.url
+
+    @redis_url.setter
+    def redis_url(self, url: str) -> None:
+        self.store.retarget(resolve_redis_url(url))
+
+    @property
+    def keys(self) -> Keys:
+        """The namespace's key names (for inspection: lockgate's own calls go through
+        ``app.store``)."""
+        return self.store.keys
+
+    @property
+    def default_priority(self) -> str:
+        """The middle level (``normal`` with the default levels)."""
+        names = self.levels.names
+        return names[len(names) // 2]
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Queues the registered tasks use, in declaration order."""
+        return tuple(dict.fromkeys(task.queue for task in self.tasks.values())) or ("default",)
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        idempotency_ttl: float | timedelta = DEFAULT_TTL,
+        expires: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        keep_result: float | timedelta | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        *,
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        idempotency_ttl: float | timedelta = DEFAULT_TTL,
+        expires: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        keep_result: float | timedelta | None = None,
+    ) -> Any:
+        """Register a function (sync or async) as a task.
+
+        Args:
+            priority: its level; defaults to the middle level.
+            queue: its queue.
+            name: its name on the wire: 1-200 ASCII letters, digits, ``_``, ``.``, ``-``
+                or ``:`` (``billing.charge_card``); defaults to the function's name, each
+                other character made ``_``.
+            retries: how often a job that raised ``RetryableError`` (or a ``retry_on``
+                type, or ran over ``timeout``) is retried before it is dead-lettered.
+            backoff: a [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
+                (doubling per attempt, capped at 5 minutes, full jitter).
+            timeout: longest run; async runs are cancelled, sync ones abandoned.
+            retry_on: exception types retried like ``RetryableError``.
+            idempotent: claim the job id before running, so a job that already succeeded
+                (a redelivery, a replay) is acknowledged without running again.
+            idempotency_ttl: how long the done marker of an idempotent task (and the
+                default of its steps) blocks duplicates; at least twice the retry window.
+            expires: a job not started within this many seconds of its enqueue (any
+                attempt) is dropped unrun, acknowledged and logged: an OTP nobody waits
+                for. None: jobs never expire.
+            rate_limit: at most this many starts, shared by every worker of the
+                namespace: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (``"100/s"``), spaced evenly
+                (one every ``period / N``). A job over it is put back until its turn,
+                spending no attempt, and its worker takes other work meanwhile. None: no
+                limit.
+            keep_result: seconds (or a timedelta) each job's return value (or its error)
+                is kept for ``result()`` and ``App.job``, JSON-encoded like the jobs.
+                None: not kept (the status alone is, for ``App(status_ttl=...)``).
+
+        Raises:
+            ConfigError: unknown level, bad queue or task name, a name already registered,
+                a bad retry option, an idempotency TTL under twice the retry window, an
+                expiry that is not positive or is shorter than the first retry's delay,
+                or a ``rate_limit`` not of the form ``"N/s"``, ``"N/m"``, ``"N/h"``.
+        """
+        retry = RetryPolicy(
+            retries=retries,
+            backoff=backoff if isinstance(backoff, Backoff) else Backoff(base=backoff),
+            retry_on=tuple(retry_on),
+            timeout=seconds(timeout, "timeout") if timeout is not None else None,
+        )
+        ttl = seconds(idempotency_ttl, "idempotency_ttl")
+        expiry = seconds(expires, "expires") if expires is not None else None
+        kept = seconds(keep_result, "keep_result") if keep_result is not None else None
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
+            level = priority or self.default_priority
+            self.levels.index(level)
+            task_name = check_task_name(name) if name is not None else default_task_name(func)
+            if task_name in self.tasks:
+                raise ConfigError(f"a task named {task_name!r} is already registered")
+            if idempotent:  # the job's own done marker must outlast its retries
+                check_ttl(f"job ids of task {task_name!r}", ttl, retry.window)
+            check_expiry(task_name, expiry, retry)
+            rate = parse_rate(rate_limit, task_name) if rate_limit is not None else None
+            registered = Task(
+                self,
+                func,
+                name=task_name,
+                queue=check_name(queue, "queue"),
+                priority=level,
+                retry=retry,
+                idempotent=idempotent,
+                idempotency_ttl=ttl,
+                expires=expiry,
+                rate_limit=rate,
+                keep_result=kept,
+            )
+            self.tasks[task_name] = registered
+            return registered
+
+        return register(fn) if fn is not None else register
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str | tzinfo = "UTC",
+        priority: str | None = None,
+        queue: str = "default",
+        name: str | None = None,
+        retries: int = 3,
+        backoff: float | timedelta | Backoff = 1.0,
+        timeout: float | timedelta | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        expires: float | timedelta | None = None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        """Register a function of no arguments (sync or async) as a task run on a schedule.
+
+        Each worker that serves the task's queue runs a scheduler (off with
+        ``WorkerConfig(scheduler=False)`` or ``lockgate worker --no-scheduler``; a burst
+        worker runs none) that enqueues each tick as job ``cron:<task>:<tick in UTC>``.
+        The enqueue takes a once-only key per tick, so a tick is enqueued once however
+        many workers run, and not again after its job ended. Missed ticks: a scheduler
+        that starts enqueues the latest tick up to now unless one already did, so after
+        downtime the last missed tick runs once, late, and the earlier ones not at all
+        (a newly declared schedule's latest tick, too, runs when its first worker starts).
+        Workers' clocks must agree within a fraction of the period (NTP).
+
+        Args:
+            expression: ``minute hour day-of-month month day-of-week``, or six fields
+                with seconds first (``*/10 * * * * *``); also ``L``, ``LW``, ``5L``,
+                ``MON#2`` (cronsim's syntax; no ``@daily``).
+            tz: the time zone the expression is read in: ``"UTC"``, an IANA name
+                (``"Europe/Paris"``) or a ``zoneinfo.ZoneInfo``. Around DST changes it
+                runs as Debian's cron does: a daily job whose time is skipped in spring
+                runs when the clock jumps, and runs once on the day an hour repeats.
+            priority: as for [task][lockgate.App.task], and so are ``queue``, ``name``,
+                ``retries``, ``backoff``, ``timeout``, ``retry_on``, ``idempotent`` and
+                ``expires``.
+
+        Raises:
+            ConfigError: a bad expression or time zone (naming the task), a function that
+                takes arguments, or what [task][lockgate.App.task] refuses.
+        """
+
+        def register(func: Callable[[], R]) -> Task[[], R]:
+            task_name = check_task_name(name) if name is not None else default_task_name(func)
+            schedule = Schedule.parse(task_name, expression, tz)
+            check_no_arguments(func, task_name)
+            registered = self.task(
+                priority=priority, queue=queue, name=task_name, retries=retries,
+                backoff=backoff, timeout=timeout, retry_on=retry_on, idempotent=idempotent,
+                expires=expires,
+            )(func)  # fmt: skip
+            self.schedules[task_name] = schedule
+            return registered
+
+        return register
+
+    def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], EnqueuePlan]:
+        messages = list(messages)
+        outgoing = []
+        for message in messages:
+            data = codec.encode(message.job)
+            if len(data) > self.max_payload_bytes:
+                raise SerializationError(
+                    f"job {message.job.id!r} of task {message.job.task!r} is {len(data)} "
+                    f"bytes encoded, over the limit of {self.max_payload_bytes}"
+                )
+            once_key, once_ttl_ms = message.once or (None, 0)
+            outgoing.append(
+                Outgoing(message.job, data, round(message.delay * 1000), once_key, once_ttl_ms)
+            )
+        return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
+
+    def idempotent(
+        self,
+        key: str,
+        ttl: float | timedelta = DEFAULT_TTL,
+        *,
+        lease: float | timedelta = DEFAULT_LEASE,
+        conn: Any = None,
+    ) -> Claim:
+        """Guard a side effect so it happens once: ``with`` or ``async with``.
+
+        Claims ``key`` before the block (an owner token with a renewed lease), leaves a
+        done marker for ``ttl`` on success, and releases the claim on an exception so a
+        retry can run. Inside a worker, a duplicate's ``AlreadyProcessed`` that escapes
+        the task acknowledges the job without error.
+
+        Args:
+            key: what is done once (e.g. ``f"email:{order_id}"``), at most 512 bytes.
+            ttl: how long the done marker blocks duplicates.
+            lease: how long a claim outlives an owner that stopped renewing it.
+            conn: a psycopg 3 connection: PostgreSQL becomes the source of truth, the
+                claim row joining the connection's current transaction.
+
+        Raises:
+            AlreadyProcessed: on entry, when the key is done.
+            ClaimBusy: on entry, when another worker holds a live claim: a worker puts
+                the job back and looks again soon (50 ms doubling to 1 s), spending no
+                attempt.
+            ConfigError: bad key, TTL or lease, or a TTL under twice the running task's
+                retry window.
+        """
+        return Claim(self, key, ttl=ttl, lease=lease, conn=conn)
+
+    def incr_once(
+        self, name: str, request_id: str, amount: int = 1, *, ttl: float | timedelta = DEFAULT_TTL
+    ) -> tuple[bool, int]:
+        """Increment counter ``name`` once per ``request_id`` (retries do not double-count).
+
+        Returns:
+            (counted, value): False and the current value for a repeated request id.
+        """
+        check_key(request_id)
+        guard_ttl = max(1, round(seconds(ttl, "ttl") * 1000))
+        return self.store.incr_once(name, request_id, int(amount), guard_ttl, self.legacy_markers)
+
+    def counter(self, name: str) -> int:
+        """The current value of a counter kept by [incr_once][lockgate.App.incr_once]."""
+        return self.store.counter(name)
+
+    def cooldown(self, key: str, period: float | timedelta) -> bool:
+        """Start a cooldown on ``key`` unless one is running (the lesson's OTP check).
+
+        One atomic ``SET NX PX``, not EXISTS then SET, so two racing callers cannot both
+        pass.
+
+        Returns:
+            True when the caller may act (no cooldown was running; one starts now).
+        """
+        check_key(key)
+        ms = max(1, round(seconds(period, "period") * 1000))
+        return self.store.cooldown(key, ms)
+
+    def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
+        """Queue many jobs in one round trip (batches of 500 per script call).
+
+        Raises:
+            SerializationError: an argument has no JSON form (nothing is enqueued).
+            OutcomeUnknown: no reply came once the jobs were sent (a timeout, a lost
+                connection): they may have been queued; its ``job_ids`` are theirs, and
+                enqueueing the same messages again (they keep their ids) is safe.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
+        """
+        if self._eager is not None:
+            eager = self._eager
+            return [self._ran(eager.run(m.job), m.job) for m in messages]
+        jobs, plan = self._plan(messages)
+        if not jobs:
+            return []
+        created = self.store.enqueue(plan, [j.id for j in jobs])
+        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+
+    async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
+        """Async [enqueue_many][lockgate.App.enqueue_many]."""
+        if self._eager is not None:
+            eager = self._eager
+            return [self._ran(await eager.run_async(m.job), m.job) for m in messages]
+        jobs, plan = self._plan(messages)
+        if not jobs:
+            return []
+        created = await self.store.enqueue_async(plan, [j.id for j in jobs])
+        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+
+    def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:
+        return EnqueueResult(job_id, created, job.task, self)
+
+    def _ran(self, info: JobInfo, job: Job) -> EnqueueResult:
+        return EnqueueResult(info.id, True, job.task, self, info)
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run each job enqueued inside the block inline, in the caller, instead of
+        queueing it: for users' unit tests.
+
+        A job runs as a worker would run it (arguments through the wire encoding,
+        ``current_job()`` set, failures retried by its task's policy with the delays
+        skipped, until it ends done or dead); its handle's ``status()`` and
+        ``result()`` and [App.job][lockgate.App.job] answer from that run. Nothing
+        touches the queue (see :mod:`lockgate.api.eager`). Blocks nest.
+        """
+        outer = self._eager
+        self._eager = outer or EagerRuns(self)
+        try:
+            yield
+        finally:
+            self._eager = outer
+
+    # status, results, cancellation
+
+    def job(self, job_id: str) -> JobInfo:
+        """What is known of a job: its status, attempts, times, and its result or error
+        when its task keeps them (``keep_result``).
+
+        Two round trips, whatever the backend (the job's marker, then one read-only
+        script). A job's status is ``waiting``, ``delayed``, ``running``, then ``done``,
+        ``dead`` (a final failure: there is no other failed state) or ``cancelled``,
+        kept for ``status_ttl`` after it ended; ``unknown`` before its enqueue and after
+        that.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        if self._eager is not None and job_id in self._eager.jobs:
+            return self._eager.jobs[job_id]
+        return job_info(job_id, self.store.job_status(job_id), self._returns)
+
+    async def job_async(self, job_id: str) -> JobInfo:
+        """Async [job][lockgate.App.job]."""
+        if self._eager is not None and job_id in self._eager.jobs:
+            return self._eager.jobs[job_id]
+        return job_info(job_id, await self.store.job_status_async(job_id), self._returns)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job.
+
+        A waiting or delayed job is removed at once (atomically) and ends ``cancelled``;
+        its id is free again. A running job's worker is told within a fraction of a
+        second: an async run gets ``CancelledError`` at its next await and ends
+        ``cancelled`` (neither retried nor dead-lettered); a sync run sees
+        ``current_job().cancelled`` become true (one in a child process, a job that
+        crashed a worker before, is not reached).
+
+        Returns:
+            True when the job will not run (it was waiting or delayed); False for a
+            running job (told to stop), an ended one, or an unknown id.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        return self.store.cancel(job_id, *self._cancel_record(job_id)) == "cancelled"
+
+    async def cancel_async(self, job_id: str) -> bool:
+        """Async [cancel][lockgate.App.cancel]."""
+        return await self.store.cancel_async(job_id, *self._cancel_record(job_id)) == "cancelled"
+
+    def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any:
+        """Wait for a job to end and return its result (see
+        [EnqueueResult.result][lockgate.EnqueueResult.result])."""
+        self._check_kept(task, job_id)
+        poll = Poll(timeout, job_id)
+        while not settled(info := self.job(job_id)):
+            time.sleep(poll.next_wait())
+        return answer(info)
+
+    async def wait_result_async(
+        self, job_id: str, task: str = "", timeout: float | None = None
+    ) -> Any:
+        """Async [wait_result][lockgate.App.wait_result]."""
+        self._check_kept(task, job_id)
+        poll = Poll(timeout, job_id)
+        while not settled(info := await self.job_async(job_id)):
+            await asyncio.sleep(poll.next_wait())
+        return answer(info)
+
+    def _check_kept(self, task: str, job_id: str) -> None:
+        if self._eager is not None and job_id in self._eager.jobs:
+            return  # an eager run keeps its result here, whatever its task declares
+        registered = self.tasks.get(task)
+        if registered is not None and not registered.keep_result_ms:
+            raise ConfigError(
+                f"task {task!r} keeps no result: declare it with "
+                f"@app.task(keep_result=SECONDS) to read results"
+            )
+
+    def _returns(self, task: str) -> Any:
+        registered = self.tasks.get(task)
+        return registered.returns if registered is not None else Any
+
+    def _cancel_record(self, job_id: str) -> tuple[bytes, int]:
+        record = FinalRecord(status="cancelled", finished_at=time.time(), reason="cancelled")
+        return msgspec.json.encode(record), self.status_ttl_ms
+
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
+        """The app's shared sync client and its scripts (created on first use)."""
+        return self.store.sync_connection()
+
+    async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]:
+        """The running loop's async client and its scripts (created on first use)."""
+        return await self.store.async_connection()
+
+    def client(self) -> SyncClient:
+        """The app's sync Redis client (shared; for inspection and tests)."""
+        return self.store.sync_connection()[0]
+
+    def close(self) -> None:
+        """Close the sync client."""
+        self.store.close()
+
+    async def aclose(self) -> None:
+        """Close this loop's async client."""
+        await self.store.aclose()
+
+    def _after_fork_in_child(self) -> None:
+        # Another parent thread may have held a lock; the parent's clients are set aside,
+        # never closed here (see Store.after_fork_in_child).
+        self.store.after_fork_in_child(_FORKED_AWAY)
+        self.lease_keeper._after_fork_in_child()
+
+
+# Every live App, made fit for a forked child by the hook below (see lockgate.process.isolation).
+_APPS: weakref.WeakSet[App] = weakref.WeakSet()
+_FORKED_AWAY: list[object] = []  # kept alive so that no finaliser closes them in a child
+
+
+def _after_fork_in_child() -> None:
+    for app in list(_APPS):
+        app._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,148 @@
+"""The job a task is running, reachable from inside the task through ``current_job()``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from lockgate.backend.keys import Keys
+from lockgate.errors import LockgateError
+
+if TYPE_CHECKING:
+    from lockgate.api.app import App
+    from lockgate.api.idempotency import Claim
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The worker process whose runs hold the claims made in them.
+
+    Such a claim is taken from it only once it is known dead (its liveness record lapsed
+    while Redis served, see :mod:`lockgate.worker.liveness`), not merely because the claim's
+    lease lapsed while Redis was away: its value names the worker and its liveness timing
+    (:meth:`token`).
+
+    Attributes:
+        consumer: the worker's consumer name (what its liveness beats name).
+        quiet_ms: its liveness lease, in ms (beats must come that long after an outage
+            before it can be judged dead).
+        gap_ms: the longest silence of every worker that is not an outage, in ms.
+        pid: the worker's process (a claim made in a child process is not held this way:
+            the child may die while the worker lives).
+    """
+
+    consumer: str
+    quiet_ms: int
+    gap_ms: int
+    pid: int = field(default_factory=os.getpid)
+
+    def token(self, hold_ms: int) -> str:
+        """A new owner token for a claim held by this worker: the claim outlives its lease
+        by ``hold_ms`` (see ``lua/_take_claim.lua``)."""
+        return f"w{hold_ms}.{self.quiet_ms}.{self.gap_ms}.{uuid.uuid4().hex}.{self.consumer}"
+
+    def here(self) -> bool:
+        """Whether the caller runs in the worker's own process."""
+        return self.pid == os.getpid()
+
+
+@dataclass(frozen=True, eq=False)
+class JobContext:
+    """What a running task knows about its job.
+
+    Attributes:
+        job_id: stable across retries and redeliveries.
+        task: task name.
+        queue: queue name.
+        level: priority level name.
+        attempt: 1 for the first run.
+        enqueued: when the job was enqueued (Unix seconds, producer clock).
+        retry_window: longest span of the task's retry delays, in seconds.
+        idempotency_ttl: the task's done-marker TTL, the default of its steps.
+        done_markers: expiry times of the done markers this run wrote.
+        holder: the worker that holds the claims made in this run (None in eager runs).
+        cancelled: whether ``App.cancel`` asked this run to stop. An async run also gets
+            ``CancelledError`` at its next await; a sync one should look now and then:
+            raising anything then ends the job cancelled, returning ends it done.
+    """
+
+    job_id: str
+    task: str
+    queue: str
+    level: str
+    attempt: int
+    enqueued: float
+    app: App | None = field(default=None, repr=False)
+    retry_window: float = 0.0
+    idempotency_ttl: float = 86_400.0
+    claimed_keys: set[str] = field(default_factory=set, repr=False)
+    done_markers: list[float] = field(default_factory=list, repr=False)
+    holder: Holder | None = field(default=None, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``App.cancel`` asked this run to stop (see the class docstring)."""
+        return self._cancel.is_set()
+
+    def request_cancel(self) -> None:
+        """Ask this run to stop (the worker's side of ``App.cancel``)."""
+        self._cancel.set()
+
+    def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
+        """An idempotency claim scoped to this job and one external step of it.
+
+        Its done marker lasts ``ttl``, by default the task's ``idempotency_ttl``.
+
+        Each step has its own key, so a retry reruns exactly the steps that did not
+        finish. A finished step raises [StepDone][lockgate.StepDone] (an
+        ``AlreadyProcessed``) on entry; write ``with suppress(AlreadyProcessed),
+        job.step("email"):`` to skip it and go on with the next step.
+
+        Raises:
+            LockgateError: the job does not belong to an App's worker.
+        """
+        from lockgate.api.idempotency import Claim
+
+        if self.app is None:
+            raise LockgateError("job.step() needs a job run by a lockgate worker")
+        key = Keys.step_claim_name(self.task, self.job_id, name)
+        return Claim(
+            self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name,
+            older_key=Keys.older_step_claim_name(self.task, self.job_id, name), legacy_scope=key,
+        )  # fmt: skip
+
+
+_current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The job being run by the calling task.
+
+    Raises:
+        LockgateError: called outside a task run by a lockgate worker.
+    """
+    job = _current.get()
+    if job is None:
+        raise LockgateError("current_job() is only available inside a running lockgate task")
+    return job
+
+
+def running_job() -> JobContext | None:
+    """The job being run by the calling task, or None outside one."""
+    return _current.get()
+
+
+def set_current(job: JobContext | None) -> Token[JobContext | None]:
+    """Bind the job for the running task (worker use); the token undoes it."""
+    return _current.set(job)
+
+
+def reset_current(token: Token[JobContext | None]) -> None:
+    """Undo a :func:`set_current` (eager runs, which run inside the caller's context)."""
+    _current.reset(token)

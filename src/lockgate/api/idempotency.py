@@ -1,0 +1,516 @@
+"""Idempotent side effects: crash-safe claims in Redis, optionally backed by PostgreSQL.
+
+A claim is an owner token with a short lease that a background thread renews while the
+side effect runs; success replaces it with a done marker with a long TTL (a member of a
+bucketed sorted set, see :meth:`lockgate.backend.keys.Keys.done_marker`); a failure releases it so
+a retry can run. Completing, releasing and renewing are compare-and-set on
+the token (Lua), so a worker whose lease lapsed can never delete or complete the claim of
+the worker that took over. A worker killed mid-claim stops renewing and its claim expires
+with the lease: the job is not skipped forever, as it is with the lesson's plain SET NX.
+
+With a PostgreSQL connection the database is the source of truth: the claim row is
+inserted in the caller's transaction (commits or rolls back with the business write),
+Redis is consulted first as a cache, and a done marker is refilled from the database.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Generator, Iterable
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from lockgate.api.context import running_job
+from lockgate.backend.keys import check_key
+from lockgate.backend.lua import Arg, ScriptCall
+from lockgate.core.config import seconds
+from lockgate.core.logs import get_logger
+from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
+
+if TYPE_CHECKING:
+    from lockgate.api.app import App
+
+log = get_logger(__name__)
+
+DEFAULT_TTL = 86_400.0
+DEFAULT_LEASE = 30.0
+RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
+LAPSED = -2  # idem_claim's answer: a worker's claim whose lease lapsed; judge its holder
+JUDGE_ROUNDS = 3  # judge-and-take rounds before a claim that keeps changing counts as busy
+# The value of a claim held by a worker (lockgate.api.context.Holder.token): hold, quiet and
+# gap ms, a random part, the worker's consumer name.
+_HELD = re.compile(r"c:w\d+\.(\d+)\.(\d+)\.[0-9a-f]+\.(.+)", re.DOTALL)
+
+
+def check_ttl(key: str, ttl: float, retry_window: float) -> None:
+    """The lesson's anti-pattern: a done marker that expires before the retries end.
+
+    Raises:
+        ConfigError: ``ttl`` is shorter than twice the retry window.
+    """
+    if ttl < 2 * retry_window:
+        raise ConfigError(
+            f"idempotency TTL for {key!r} is {ttl:g}s, shorter than twice the task's retry "
+            f"window ({retry_window:g}s): a retry after the marker expired would run the "
+            "side effect again; raise the TTL or shorten the retries"
+        )
+
+
+class LeaseKeeper:
+    """One daemon thread per App that renews the leases of live claims, and sends again
+    the settles of claims whose own settle failed (Redis away): a worker's claim is not
+    left to its long hold (see :class:`lockgate.api.context.Holder`) because its release or
+    done marker was lost."""
+
+    def __init__(self, app: App) -> None:
+        self._app = weakref.ref(app)
+        self._claims: dict[str, Claim] = {}
+        self._unsettled: dict[str, tuple[Claim, str]] = {}  # token -> claim, action
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._interval = DEFAULT_LEASE / 3
+
+    def add(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.token] = claim
+            if claim.lease < self._interval * 3:
+                self._wake.set()  # a shorter lease than the thread is sleeping for
+            self._start()
+
+    def remove(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def settle_later(self, claim: Claim, action: str) -> None:
+        """Send ``action`` ('done', 'release') for ``claim`` until it lands: its own
+        settle failed. Compare-and-set on the token, so a late one changes nothing that
+        is no longer the claim's."""
+        with self._lock:
+            self._unsettled[claim.token] = (claim, action)
+            self._wake.set()
+            self._start()
+
+    def _start(self) -> None:  # under the lock
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="lockgate-lease-keeper", daemon=True
+            )
+            self._thread.start()
+
+    def _after_fork_in_child(self) -> None:
+        """Start afresh in a forked child (called by the App's at-fork hook)."""
+        # Another parent thread may have held the lock or the event's; the parent's
+        # claims are the parent's to renew; the parent's thread does not exist here.
+        self._claims = {}
+        self._unsettled = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._interval = DEFAULT_LEASE / 3
+
+    def _run(self) -> None:
+        failed = False
+        while True:
+            with self._lock:
+                claims = list(self._claims.values())
+                unsettled = list(self._unsettled.values())
+                self._interval = min((c.lease / 3 for c in claims), default=DEFAULT_LEASE / 3)
+            # A renewal that failed (Redis away) is tried again soon, not a third of the
+            # lease later: an outage shorter than the lease then never lapses a claim.
+            soon = failed or unsettled
+            wait = min(self._interval, RENEW_RETRY) if soon else self._interval
+            if self._wake.wait(wait):
+                self._wake.clear()
+                continue  # a claim with a shorter lease came: sleep by its measure
+            app = self._app()
+            if app is None:
+                return
+            if claims or unsettled:
+                failed = not self._renew(app, claims, unsettled, after_failure=failed)
+            else:
+                failed = False
+
+    def _renew(
+        self,
+        app: App,
+        claims: Iterable[Claim],
+        unsettled: Iterable[tuple[Claim, str]] = (),
+        *,
+        after_failure: bool = False,
+    ) -> bool:
+        """Renew the live claims and send the settles that failed; False when the call
+        failed (logged once per outage). After a failure (Redis away) a claim that lapsed
+        meanwhile is taken back."""
+        live = [c for c in claims if c.token in self._claims]
+        action = "retake" if after_failure else "renew"
+        calls = [c.settle_call(action, c.renewal) for c in live]
+        calls += [claim.settle_call(done, claim.ttl) for claim, done in unsettled]
+        logged = not after_failure
+        try:
+            replies = app.store.run(calls)
+        except Exception as e:  # keep renewing the others next round
+            if logged:
+                log.error("renewing %d idempotency leases failed: %s; retrying every "
+                          "%.1fs", len(calls), e, RENEW_RETRY)  # fmt: skip
+            return False
+        for claim, kept in zip(live, replies[: len(live)], strict=True):
+            if not kept:
+                claim.lost = True
+                self.remove(claim)  # nothing to renew any more: said once
+                log.error("lost the claim on %s: its lease lapsed and may be taken over",
+                          claim.key)  # fmt: skip
+        for (claim, done), kept in zip(unsettled, replies[len(live) :], strict=True):
+            with self._lock:
+                self._unsettled.pop(claim.token, None)
+            # Not kept: the failed try may have landed after all (its reply was lost).
+            log.info("claim on %s: %s sent again after it failed (%s)", claim.key, done,
+                     "applied" if kept else "already settled or taken over")  # fmt: skip
+        return True
+
+
+class Claim:
+    """An idempotency claim, used as ``with`` (sync) or ``async with`` (async).
+
+    Args:
+        app: the App whose Redis holds the claim.
+        key: what is being done once (an order id, a job and step, ...).
+        ttl: how long the done marker blocks duplicates.
+        lease: how long a claim survives its owner without renewal.
+        conn: a psycopg 3 connection (sync for ``with``, async for ``async with``); the
+            claim row is then inserted in its current transaction, and PostgreSQL is the
+            source of truth.
+        step: the step name when this claim guards one step of a job.
+        legacy_key: an older name of the same claim (lockgate 0.1 keyed the claims of
+            ``idempotent=True`` tasks by job id alone): its done marker or live claim is
+            honoured, so an upgrade never runs a finished job again; with
+            ``App(legacy_markers=True)`` the claim is also mirrored there and a done
+            marker written there (tagged with ``legacy_scope``), so a 0.1 worker still
+            running in a rolling deploy skips the job too.
+        legacy_scope: what tags this claim's markers under its older names
+            (``legacy_key``, ``older_key``), naming it unambiguously: the task name for
+            a job's claim, the step's own claim name for a step. A marker there tagged
+            with another scope does not count as done here.
+        older_key: the name lockgate 0.2 and 0.3 gave the same claim, joining its parts
+            with bare ``:`` (:meth:`lockgate.backend.keys.Keys.older_job_claim_name`,
+            ``older_step_claim_name``): its done marker (bucketed, or 0.2's ``d:``
+            string) or live claim is honoured, so an upgrade never runs a finished job
+            or step again. Nothing is written there but, with
+            ``App(legacy_markers=True)``, a mirrored claim and a done marker tagged with
+            ``legacy_scope`` (what 0.2 workers of a rolling deploy read; the tag keeps
+            it from counting for another claim of that name). So the ambiguity of those
+            names ends with the untagged markers 0.2 and 0.3 wrote (at most the TTL
+            they were written with, a day by default): until then such a marker also
+            counts for any other claim that joined to the same name (task ``a`` with job
+            id ``b:c`` after task ``a:b`` ran job ``c`` under 0.3), the residual risk of
+            the upgrade.
+        token: the owner token (default: a new random one); given for a claim that the
+            worker's read took already.
+        job_id: for the claim of an ``idempotent=True`` task's job: the job's id; the
+            claim then lives in the job's partition (see :mod:`lockgate.backend.partitions`), so
+            the job's settle writes its done marker with the ack.
+
+    Raises (on entry):
+        AlreadyProcessed: the key is done (``StepDone`` for a step).
+        ClaimBusy: another worker holds a live claim; retry after ``delay`` seconds.
+        ConfigError: bad key, TTL or lease, a TTL under twice the task's retry window, or
+            a key already claimed by this same job run (one key shared by several steps).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        key: str,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL,
+        lease: float | timedelta = DEFAULT_LEASE,
+        conn: Any = None,
+        step: str | None = None,
+        legacy_key: str | None = None,
+        legacy_scope: str = "",
+        older_key: str | None = None,
+        token: str | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        self.key = check_key(key)
+        self.ttl = seconds(ttl, f"ttl for {key!r}")
+        self.lease = seconds(lease, f"lease for {key!r}")
+        if self.ttl <= 0:
+            raise ConfigError(f"ttl for {key!r} must be positive, got {ttl!r}")
+        if self.lease < 0.1:
+            raise ConfigError(f"lease for {key!r} must be at least 0.1 s, got {lease!r}")
+        self.app = app
+        self.conn = conn
+        self.step = step
+        job = running_job()
+        # A user claim made in a worker's run is held by that worker: it outlives its
+        # lease, for as long as its done marker would, and is taken over only once the
+        # worker is known dead (see lua/_take_claim.lua). A job's own claim follows its
+        # job, which is taken from a worker only once it is known dead.
+        mine = job is not None and job.app is app and job_id is None  # not another App's
+        holder = job.holder if job is not None and mine else None
+        self._holder = holder if holder is not None and holder.here() else None
+        self._caller = "" if self._holder is None else self._holder.consumer
+        hold = 0.0 if self._holder is None or token is not None else self.ttl
+        if token is None:
+            held = self._holder
+            token = uuid.uuid4().hex if held is None else held.token(round(hold * 1000))
+        self.token = token
+        self.renewal = self.lease + hold  # what a renewal extends the claim's expiry to
+        self.lost = False
+        # Read once: the claim and its settle agree on where and how markers are written.
+        # A user claim with an older name is placed by it: both share one slot.
+        place = app.store.claim_place
+        self._redis_key, self.done_prefix = place(key, job_id, older_key)
+        self._older_key = None if older_key is None else place(older_key, job_id, older_key)[0]
+        self._legacy_key = (
+            app.store.claim_place(legacy_key, job_id)[0] if legacy_key is not None else None
+        )
+        self._legacy_scope = legacy_scope
+        self.legacy_markers = app.legacy_markers
+
+    @property
+    def legacy_redis_key(self) -> str | None:
+        """The 0.1 name of this claim, when it has one (honoured when claiming)."""
+        return self._legacy_key
+
+    @property
+    def legacy_write_key(self) -> str | None:
+        """The 0.1 name that this claim is mirrored and marked done under: only with
+        ``App(legacy_markers=True)``, else None."""
+        return self._legacy_key if self.legacy_markers else None
+
+    @property
+    def older_write_key(self) -> str | None:
+        """The 0.2/0.3 name that this claim is mirrored and marked done under: only with
+        ``App(legacy_markers=True)``, else None (it is read either way)."""
+        return self._older_key if self.legacy_markers else None
+
+    @property
+    def string_markers(self) -> bool:
+        """Whether settling leaves ``d:<token>`` under the claim key itself, as 0.2 read
+        a claim whose name has not changed since (a user claim): with
+        ``App(legacy_markers=True)`` and no older name (which 0.2 reads instead)."""
+        return self.legacy_markers and self._older_key is None
+
+    def legacy_done_value(self) -> str:
+        """The done marker written under the older names ('' when none is): 0.1 and 0.2
+        read any ``d:`` value as done, this release reads the ``:t:`` tag and counts it
+        only for the same scope."""
+        if self.legacy_write_key is None and self.older_write_key is None:
+            return ""
+        return f"d:{self.token}:t:{self._legacy_scope}"
+
+    @property
+    def redis_key(self) -> str:
+        """The Redis key holding the live claim (its done marker lives in a bucket)."""
+        return self._redis_key
+
+    def settle_call(self, action: str, duration: float) -> ScriptCall:
+        """The script call that finishes ('done', 'release') or renews this claim."""
+        ms = max(1, round(duration * 1000))
+        keys = [self._redis_key]
+        keys += [k for k in (self.legacy_write_key, self.older_write_key) if k is not None]
+        args: list[Arg] = [
+            self.token, action, ms, self.legacy_done_value(), self.done_prefix,
+            int(self.string_markers),
+        ]  # fmt: skip
+        return ScriptCall("idem_settle", keys, args)
+
+    def claim_call(self, expect: str = "") -> ScriptCall:
+        """The script call that takes this claim (its reply goes to :meth:`taken`);
+        ``expect``: the value of a lapsed claim whose holder was judged dead."""
+        keys = [self._redis_key]
+        if self._legacy_key is not None:
+            keys.append(self._legacy_key)
+        if self._older_key is not None:
+            keys.append(self._older_key)
+        args: list[Arg] = [
+            self.token, round(self.renewal * 1000), self._legacy_scope, self.done_prefix,
+            int(self.legacy_markers), int(self._older_key is not None), expect,
+        ]  # fmt: skip
+        return ScriptCall("idem_claim", keys, args)
+
+    def _claiming(self) -> Generator[ScriptCall, Any, None]:
+        """The round trips of taking this claim, for the sync and async shells (which
+        send each call and send its reply back). A worker's claim whose lease lapsed is
+        taken over only once its holder is judged dead, and only while it is still the
+        claim that was judged.
+
+        Raises:
+            AlreadyProcessed, ClaimBusy: see :meth:`taken`.
+        """
+        reply = yield self.claim_call()
+        for _ in range(JUDGE_ROUNDS):
+            if reply[0] != LAPSED:
+                break
+            value = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            held = _HELD.fullmatch(value)
+            if held is None:
+                break
+            quiet, gap, consumer = int(held[1]), int(held[2]), held[3]
+            dead, wait_ms = yield self.app.store.judge_call(consumer, self._caller, quiet, gap)
+            if not dead:
+                reply = [-1, wait_ms]
+                break
+            reply = yield self.claim_call(expect=value)
+        self.taken(reply)
+
+    def _claim_sync(self) -> None:
+        steps = self._claiming()
+        call = next(steps)
+        while True:
+            try:
+                call = steps.send(self.app.store.run([call])[0])
+            except StopIteration:
+                return
+
+    async def _claim_async(self) -> None:
+        steps = self._claiming()
+        call = next(steps)
+        while True:
+            try:
+                call = steps.send(await self.app.store.run_soon(call))
+            except StopIteration:
+                return
+
+    def _guard(self) -> None:
+        job = running_job()
+        if job is None:
+            return
+        check_ttl(self.key, self.ttl, job.retry_window)
+        if self.key in job.claimed_keys:
+            raise ConfigError(
+                f"idempotency key {self.key!r} is claimed twice in one run of job "
+                f"{job.job_id}: give each external step its own key (job.step(name))"
+            )
+        job.claimed_keys.add(self.key)
+
+    def _done(self) -> AlreadyProcessed:
+        if self.step is not None:
+            return StepDone(self.key, f"step {self.step!r} already done ({self.key})")
+        return AlreadyProcessed(self.key)
+
+    def taken(self, reply: list[int]) -> None:
+        """Apply the reply of :meth:`claim_call`: the claim is held (and renewed) from now.
+
+        For callers that send the call themselves (the worker takes the claims of a whole
+        read in one round trip).
+
+        Raises:
+            AlreadyProcessed: the key is done (``StepDone`` for a step).
+            ClaimBusy: another worker holds a live claim.
+        """
+        state, remaining_ms = reply[0], reply[1]
+        if state == 0:
+            raise self._done()
+        if state < 0:  # LAPSED too: a claim that kept changing as it was judged
+            raise ClaimBusy(self.key, remaining_ms / 1000)
+        self.app.lease_keeper.add(self)
+
+    def enter_taken(self, state: int, wait: float) -> Claim:
+        """Enter a claim that the read delivering its job already took, with this token.
+
+        Raises:
+            AlreadyProcessed: the read found the key done.
+            ClaimBusy: the read found another worker's live claim (``wait`` seconds left).
+        """
+        self._guard()
+        self.taken([state, round(wait * 1000)])
+        return self
+
+    # sync
+
+    def __enter__(self) -> Claim:
+        self._guard()
+        if self.conn is not None:  # a missing extra raises before anything is claimed
+            from lockgate.integrations.postgres import claim as pg_claim
+        self._claim_sync()
+        if self.conn is not None:
+            try:
+                first = pg_claim(self.conn, self.key)
+            except BaseException:
+                self._finish("release")
+                raise
+            if not first:
+                self._finish("done")  # refill the cache from the source of truth
+                raise self._done()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._finish(self._exit_action(exc_type))
+
+    def _exit_action(self, exc_type: type[BaseException] | None) -> str:
+        # With PostgreSQL the row commits with the caller's transaction, after this exit;
+        # marking done here could outlive a rollback. Release instead: a duplicate then
+        # meets the row (or waits on its lock) and refills the marker.
+        return "release" if exc_type is not None or self.conn is not None else "done"
+
+    def _finish(self, action: str) -> None:
+        self.app.lease_keeper.remove(self)
+        try:
+            (kept,) = self.app.store.run([self.settle_call(action, self.ttl)])
+        except BrokerError:
+            self.app.lease_keeper.settle_later(self, action)
+            raise
+        self.settled(action, kept)
+
+    def settled(self, action: str, kept: int) -> None:
+        """Stop renewing; log when the claim had been taken over before ``action``.
+
+        For callers that send :meth:`settle_call` themselves (the worker batches the done
+        markers of idempotent tasks with its acks).
+        """
+        self.app.lease_keeper.remove(self)
+        if not kept:
+            log.error("claim on %s was taken over before %s: another worker may have run it",
+                      self.key, action)  # fmt: skip
+        elif action == "done":
+            job = running_job()
+            if job is not None:  # a retry of this job must start before this marker expires
+                job.done_markers.append(time.time() + self.ttl)
+
+    # async
+
+    async def __aenter__(self) -> Claim:
+        self._guard()
+        if self.conn is not None:  # a missing extra raises before anything is claimed
+            from lockgate.integrations.postgres import claim_async as pg_claim_async
+        await self._claim_async()
+        if self.conn is not None:
+            try:
+                first = await pg_claim_async(self.conn, self.key)
+            except BaseException:
+                await self._afinish("release")
+                raise
+            if not first:
+                await self._afinish("done")
+                raise self._done()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._afinish(self._exit_action(exc_type))
+
+    async def _afinish(self, action: str) -> None:
+        self.app.lease_keeper.remove(self)
+        try:
+            (kept,) = await self.app.store.run_async([self.settle_call(action, self.ttl)])
+        except BrokerError:
+            self.app.lease_keeper.settle_later(self, action)
+            raise
+        self.settled(action, kept)

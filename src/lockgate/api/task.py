@@ -1,0 +1,355 @@
+"""A task registered on an App, the job messages it builds, and the handle an enqueue
+returns."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from lockgate.api.idempotency import DEFAULT_TTL
+from lockgate.core import codec
+from lockgate.core.arguments import Schema
+from lockgate.core.codec import Job
+from lockgate.core.config import seconds
+from lockgate.core.ratelimit import Rate
+from lockgate.core.retry import RetryPolicy
+from lockgate.core.status import JobInfo, Status, answer
+from lockgate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lockgate.api.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What an enqueue did, and a handle on the job.
+
+    Attributes:
+        job_id: the job's id (generated when the caller gave none).
+        created: False when a job with this id was already queued or running (the
+            handle then follows that job).
+        task: the task's name.
+    """
+
+    job_id: str
+    created: bool
+    task: str = field(default="", compare=False)
+    app: App | None = field(default=None, repr=False, compare=False)
+    # An eager run's end (``App.eager``): the handle answers from it, in or out of the block.
+    ran: JobInfo | None = field(default=None, repr=False, compare=False)
+
+    def _owner(self) -> App:
+        if self.app is None:
+            raise ConfigError("this EnqueueResult was made by hand: it knows no App")
+        return self.app
+
+    def status(self) -> Status:
+        """The job's status now: ``waiting``, ``delayed``, ``running``, ``done``,
+        ``dead``, ``cancelled`` or ``unknown`` (see [App.job][lockgate.App.job])."""
+        return self.info().status
+
+    def info(self) -> JobInfo:
+        """All that is known of the job (see [App.job][lockgate.App.job])."""
+        return self.ran if self.ran is not None else self._owner().job(self.job_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job to end and return what its task returned.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            JobFailed: it was dead-lettered (the error's type name, message, traceback).
+            JobCancelled: it was cancelled, or expired unrun.
+            TimeoutError: it did not end within ``timeout``.
+            ConfigError: its task keeps no result (declare it with ``keep_result``).
+            ResultUnavailable: the job is unknown, or its result expired.
+        """
+        if self.ran is not None:
+            return answer(self.ran)
+        return self._owner().wait_result(self.job_id, self.task, timeout)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Async [result][lockgate.EnqueueResult.result]."""
+        if self.ran is not None:
+            return answer(self.ran)
+        return await self._owner().wait_result_async(self.job_id, self.task, timeout)
+
+    def cancel(self) -> bool:
+        """Cancel the job (see [App.cancel][lockgate.App.cancel])."""
+        return self._owner().cancel(self.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A job built by [Task.message][lockgate.Task.message], ready for
+    [App.enqueue_many][lockgate.App.enqueue_many].
+
+    Attributes:
+        job: the job.
+        delay: seconds before it may run (0: now).
+        once: a once-only key and its TTL in ms, taken (``SET NX PX``) by the enqueue
+            itself: while the key lives, the job is not enqueued again, even after it
+            ended (a cron tick's, see [App.cron][lockgate.App.cron]). None: no such key.
+    """
+
+    job: Job
+    delay: float = 0.0
+    once: tuple[str, int] | None = None
+
+
+class Task(Generic[P, R]):
+    """A function registered on an App. Calling it runs it here; ``enqueue`` queues it."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        priority: str,
+        retry: RetryPolicy,
+        idempotent: bool = False,
+        idempotency_ttl: float = DEFAULT_TTL,
+        expires: float | None = None,
+        rate_limit: Rate | None = None,
+        keep_result: float | None = None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.retry = retry
+        self.idempotent = idempotent
+        self.idempotency_ttl = idempotency_ttl
+        self.expires = expires
+        self.rate_limit = rate_limit
+        self.keep_result_ms = max(1, round(keep_result * 1000)) if keep_result else 0
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        # Decided once here, so that enqueue and the worker only look values up.
+        self.schema = Schema(name, fn, self.signature)
+
+    @cached_property
+    def returns(self) -> Any:
+        """The type a kept result decodes to: the return annotation, else ``Any``."""
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:  # an annotation that does not resolve here: take it as it is
+            return Any
+        return hints.get("return", Any)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue} priority={self.priority}>"
+
+    def check_arguments(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+        """Check that arguments bind to the task's signature (not their values' types).
+
+        Raises:
+            InvalidArguments: they do not.
+        """
+        self.schema.bind(args if isinstance(args, Sequence) else tuple(args), kwargs)
+
+    def prepare(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Turn a decoded job's arguments into the ones the task is called with.
+
+        Binds them to the signature and converts each value to its parameter's type
+        annotation (``"2024-01-31"`` to a ``date`` for ``d: date``; for ``*args`` and
+        ``**kwargs`` the annotation of each item), leniently, so producers in other
+        languages may send the JSON form. Unannotated parameters are passed as they are.
+
+        Args:
+            args: the job's positional arguments, as decoded.
+            kwargs: the job's keyword arguments, as decoded.
+
+        Returns:
+            (args, kwargs) to call the task function with.
+
+        Raises:
+            InvalidArguments: they do not bind, or a value cannot be converted (the
+                worker dead-letters the job with reason "wrong arguments").
+        """
+        return self.schema.prepare(args, kwargs)
+
+    def message(
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
+    ) -> Message:
+        """Build a job without sending it (for [App.enqueue_many][lockgate.App.enqueue_many]).
+
+        Args:
+            job_id: stable id; a job with the same id already queued, delayed or running
+                makes the enqueue a no-op. Defaults to a random id.
+            priority: overrides the task's level for this job.
+            delay: seconds (or a timedelta) before the job may run.
+            eta: when the job may run (an aware datetime; naive means UTC).
+
+        Raises:
+            InvalidArguments: the arguments do not bind to the task, or a value does not
+                fit its parameter's annotation (``"5"`` for an ``int``, a string for a
+                ``date``).
+            SerializationError: a value would not arrive as it is: it has no JSON form,
+                nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
+                another value or type (a ``date`` for an unannotated parameter, NaN, a
+                tuple where no annotation asks for one). See `lockgate.core.arguments`.
+            ConfigError: unknown priority, both delay and eta, or a start past the
+                task's ``expires``.
+        """
+        self.schema.check(args, kwargs)
+        level = priority or self.priority
+        self.app.levels.index(level)
+        job = Job(
+            id=codec.check_job_id(job_id) if job_id is not None else os.urandom(16).hex(),
+            task=self.name,
+            queue=self.queue,
+            level=level,
+            args=list(args),
+            kwargs=kwargs,
+            enqueued=time.time(),
+        )
+        wait = start_delay(delay, eta, job.enqueued)
+        if self.expires is not None and wait >= self.expires:
+            raise ConfigError(
+                f"task {self.name!r} expires {self.expires:g} s after enqueue, but this job "
+                f"would start {wait:g} s after it: it would be dropped unrun"
+            )
+        return Message(job, wait)
+
+    def enqueue(
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
+    ) -> EnqueueResult:
+        """Queue a run of this task (sync; for Django, Flask and scripts).
+
+        Takes the arguments of [message][lockgate.Task.message].
+
+        Returns:
+            The job's id, and whether it was created (False for a duplicate id).
+
+        Raises:
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, or both delay and eta.
+            SerializationError: an argument would not arrive as it is.
+            OutcomeUnknown: no reply came once the job was sent: it may have been
+                queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
+        """
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
+        return self.app.enqueue_many([message])[0]
+
+    async def enqueue_async(
+        self,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
+    ) -> EnqueueResult:
+        """Queue a run of this task (async).
+
+        Takes the arguments of [message][lockgate.Task.message].
+
+        Returns:
+            The job's id, and whether it was created (False for a duplicate id).
+
+        Raises:
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, or both delay and eta.
+            SerializationError: an argument would not arrive as it is.
+            OutcomeUnknown: no reply came once the job was sent: it may have been
+                queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
+            ConnectionFailed: Redis cannot be reached (nothing was sent).
+        """
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
+        return (await self.app.enqueue_many_async([message]))[0]
+
+    def enqueue_on_commit(
+        self,
+        conn: Any,
+        *args: Any,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Queue a run of this task once the transaction ``conn`` is in commits.
+
+        A rollback leaves no job behind. Outside a transaction the job is queued at once.
+        The job is built now, so bad arguments raise here; a send that fails after the
+        commit is logged and retried in the background, never raised (see
+        `lockgate.transactions`, which also lists the known limits).
+
+        Args:
+            conn: a Django connection (``django.db.connection``): the job is queued by
+                ``transaction.on_commit``, right after the commit. Or a psycopg 3
+                connection: PostgreSQL is asked for the transaction's outcome, and the job
+                is queued a few milliseconds after the commit.
+            *args: the task's arguments, then the options of
+                [message][lockgate.Task.message].
+
+        Returns:
+            The job's id (generated when ``job_id`` is None).
+
+        Raises:
+            InvalidArguments: the arguments do not fit the task.
+            ConfigError: unknown priority, both delay and eta, or ``conn`` is neither a
+                psycopg 3 connection nor a Django one.
+            SerializationError: an argument would not arrive as it is, or the job is
+                over ``max_payload_bytes``.
+            MissingExtra: ``conn`` is not a Django connection and psycopg is missing.
+            DatabaseError: psycopg: the transaction's id could not be read.
+            ConnectionFailed: queued at once (no transaction) and Redis cannot be reached.
+        """
+        from lockgate.integrations.transactions import enqueue_on_commit
+
+        message = self.message(
+            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
+        )
+        self.app._plan([message])  # encoded and size-checked now, not after the commit
+        enqueue_on_commit(self.app, conn, message)
+        return message.job.id
+
+
+def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:
+    """Seconds from ``now`` until a job may run.
+
+    Raises:
+        ConfigError: both or a negative delay given.
+    """
+    if delay is not None and eta is not None:
+        raise ConfigError("give delay or eta, not both")
+    if eta is not None:
+        moment = eta if eta.tzinfo is not None else eta.replace(tzinfo=UTC)
+        return max(0.0, moment.timestamp() - now)
+    return seconds(delay, "delay") if delay is not None else 0.0

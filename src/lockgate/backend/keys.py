@@ -1,0 +1,331 @@
+"""Every Redis key name lockgate uses, in one place.
+
+All keys of a namespace share the hash tag ``{namespace}``, so every script's keys live in
+one Redis Cluster slot; a partitioned namespace (see :mod:`lockgate.backend.partitions`) has one
+such set of keys per partition, each under its own tag. Nothing outside these two modules
+builds a key name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+
+from lockgate.errors import ConfigError
+
+GROUP = "lockgate"
+MAX_KEY_BYTES = 512  # the longest idempotency key
+# A done marker is a member of one of 4,096 sorted sets (buckets) per namespace, not a key
+# of its own: a bucket of at most 128 members is one compact listpack, about 35 B per
+# marker where a string key with a TTL costs about 210 B. With the buckets' own keys, 43 B
+# per marker at 100,000 live markers, 37 B at 400,000; past about 400,000 buckets start to
+# outgrow the listpack limit and cost more (70 B per marker at 500,000). See
+# lua/_done_marker.lua.
+DONE_BUCKET_DIGITS = 3  # hex digits of SHA1(claim key) naming the bucket: 16**3 buckets
+DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
+
+
+def check_key(key: str) -> str:
+    """Validate an idempotency key.
+
+    Raises:
+        ConfigError: empty, not a string, or over 512 bytes.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"an idempotency key must be a non-empty string, got {key!r}")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ConfigError(f"idempotency key {key[:40]!r}... is over {MAX_KEY_BYTES} bytes")
+    return key
+
+
+def done_marker_place(prefix: str, claim_key: str) -> tuple[str, str]:
+    """The bucket and member of a claim key's done marker under a done prefix: the
+    prefix plus the first 3 hex digits of the key's SHA1, or the prefix itself when it does
+    not end in ``:`` (a bucket of its own, see ``lua/_done_marker.lua``)."""
+    digest = hashlib.sha1(claim_key.encode()).hexdigest()
+    member = digest[DONE_BUCKET_DIGITS : DONE_BUCKET_DIGITS + DONE_MEMBER_DIGITS]
+    if not prefix.endswith(":"):
+        return prefix, member
+    return prefix + digest[:DONE_BUCKET_DIGITS], member
+
+
+def joined(kind: str, *parts: str) -> str:
+    """A name built from several user strings that no other tuple of strings shares:
+    ``<kind>/`` then each part but the last as ``<its UTF-8 length>:<part>:``, then the
+    last part as it is (``joined("job", "a:b", "c")`` is ``job/3:a:b:c``, ``joined("job",
+    "a", "b:c")`` is ``job/1:a:b:c``). Read left to right, a length says where its part
+    ends, so a ``:`` inside a part cannot move the boundary; the ``/`` after the kind
+    keeps every such name apart from the ``<kind>:...`` names that older releases joined
+    with bare colons (which stay readable, see :meth:`Keys.older_job_claim_name`)."""
+    head = "".join(f"{len(p.encode('utf-8', 'surrogatepass'))}:{p}:" for p in parts[:-1])
+    return f"{kind}/{head}{parts[-1]}"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names for one namespace (or one partition of it: ``tag``, see
+    :mod:`lockgate.backend.partitions`)."""
+
+    namespace: str
+    tag: str = ""
+
+    @cached_property
+    def prefix(self) -> str:
+        """Common prefix; the braces make the namespace (or the partition's tag) the
+        Cluster hash tag."""
+        return f"lockgate:{{{self.tag or self.namespace}}}"
+
+    def stream(self, queue: str, level: str) -> str:
+        """The stream holding one queue's jobs of one priority level."""
+        return f"{self.prefix}:stream:{queue}:{level}"
+
+    def delayed(self, queue: str, level: str) -> str:
+        """Jobs of one stream waiting for a due time (retries, delayed enqueues).
+
+        A sorted set of encoded jobs scored by due time in server milliseconds.
+        """
+        return f"{self.prefix}:delayed:{queue}:{level}"
+
+    def claim(self, key: str) -> str:
+        """An idempotency claim (``c:<token>`` with the lease), or a done marker written
+        the way lockgate 0.1 and 0.2 wrote them (``d:<token>``, still honoured)."""
+        return f"{self.prefix}:idem:{key}"
+
+    @cached_property
+    def done_bucket_prefix(self) -> str:
+        """The prefix of the done-marker buckets: sorted sets of claim-key digests scored
+        by expiry (seconds); the scripts append each bucket's hex digits."""
+        return f"{self.prefix}:done:"
+
+    def done_marker(self, claim_key: str) -> tuple[str, str]:
+        """Where the done marker of a claim key lives (what the scripts compute in Lua).
+
+        Args:
+            claim_key: a key from :meth:`claim`.
+
+        Returns:
+            (the bucket's key, the member): the first 3 hex digits of the key's SHA1 name
+            the bucket, the next 24 are the member.
+        """
+        return done_marker_place(self.done_bucket_prefix, claim_key)
+
+    @staticmethod
+    def job_claim_name(task: str, job_id: str) -> str:
+        """The idempotency key of an ``idempotent=True`` task's job (its Redis key is
+        :meth:`claim` of it): one per task and job id, ``job/<bytes>:<task>:<job id>``
+        (see :func:`joined`; ``lua/_read_claim.lua`` builds the same)."""
+        return joined("job", task, job_id)
+
+    @staticmethod
+    def older_job_claim_name(task: str, job_id: str) -> str:
+        """The same claim as lockgate 0.2 and 0.3 named it, ``job:<task>:<job id>``: task
+        ``a`` with id ``b:c`` and task ``a:b`` with id ``c`` shared it. Read as a fallback
+        (a job done or running under it is not run again), written only with
+        ``App(legacy_markers=True)``: a mirrored claim and a done marker tagged with the
+        task, for 0.2 workers of a rolling deploy (see ``Claim``'s ``older_key``)."""
+        return f"job:{task}:{job_id}"
+
+    @staticmethod
+    def legacy_job_claim_name(job_id: str) -> str:
+        """The same claim as lockgate 0.1 named it, by job id alone (still honoured; also
+        written, for 0.1 workers in a rolling deploy, with ``App(legacy_markers=True)``)."""
+        return f"job:{job_id}"
+
+    @staticmethod
+    def step_claim_name(task: str, job_id: str, step: str) -> str:
+        """The idempotency key of one step of a job (``job.step(name)``):
+        ``step/<bytes>:<task>:<bytes>:<job id>:<step>`` (see :func:`joined`)."""
+        return joined("step", task, job_id, step)
+
+    @staticmethod
+    def older_step_claim_name(task: str, job_id: str, step: str) -> str:
+        """The same step's claim as 0.2 and 0.3 named it, ``step:<task>:<job id>:<step>``
+        (ambiguous as :meth:`older_job_claim_name` is, and honoured the same way)."""
+        return f"step:{task}:{job_id}:{step}"
+
+    def wake(self) -> str:
+        """A short stream XADDed when a delayed job or retry is scheduled: idle workers block
+        on it with their job streams, so they wake to re-read the next due time."""
+        return f"{self.prefix}:wake"
+
+    def counter(self, name: str) -> str:
+        """A counter kept by ``App.incr_once``."""
+        return f"{self.prefix}:counter:{name}"
+
+    def request(self, name: str, request_id: str) -> str:
+        """The guard of one request id on one counter (see :func:`joined`)."""
+        return f"{self.prefix}:{joined('request', name, request_id)}"
+
+    def older_request(self, name: str, request_id: str) -> str:
+        """The same guard as 0.2 and 0.3 named it (counter ``a`` with request ``b:c`` and
+        counter ``a:b`` with request ``c`` shared it): a request guarded under it is not
+        counted again; written only with ``App(legacy_markers=True)``, tagged with the
+        counter (see ``lua/incr_once.lua``)."""
+        return f"{self.prefix}:request:{name}:{request_id}"
+
+    def cooldown(self, key: str) -> str:
+        """A cooldown (rate limit) marker."""
+        return f"{self.prefix}:cooldown:{key}"
+
+    def rate_limit(self, name: str) -> str:
+        """The GCRA limiter of task ``name``'s ``rate_limit``, shared by every worker: a
+        string holding the next start's theoretical arrival time (server microseconds),
+        expiring when that time passes (see lua/rate_limit.lua)."""
+        return f"{self.prefix}:rate:{name}"
+
+    def dead(self) -> str:
+        """The dead-letter stream of the namespace."""
+        return f"{self.prefix}:dead"
+
+    def partitions(self) -> str:
+        """How many partitions the namespace has (see :mod:`lockgate.backend.partitions`): written
+        by the first client to connect, checked by every other."""
+        return f"{self.prefix}:partitions"
+
+    def wakeup(self, queue: str) -> str:
+        """A partitioned namespace's wake-up list of ``queue``: a producer pushes one item
+        per job it adds, an idle worker pops one (BLPOP), so an enqueue wakes about as many
+        workers as it brings jobs."""
+        return f"{self.prefix}:wakeup:{queue}"
+
+    def paused(self) -> str:
+        """The namespace's paused queues: workers take none of their jobs (the read
+        scripts check it), producers still enqueue them (see ``lockgate.queues``).
+
+        A sorted set of queue names (scores unused): ZADD, ZREM, ZRANGE and ZSCORE are
+        commands the documented ACL user already has, where a set's would not be."""
+        return f"{self.prefix}:paused"
+
+    def job(self, job_id: str) -> str:
+        """Marker that a job id is queued or running (the enqueue dedup key)."""
+        return f"{self.prefix}:job:{job_id}"
+
+    def tick(self, task: str, stamp: str) -> str:
+        """A cron tick's once-only key (SET NX PX by the enqueue script): a tick whose key
+        is taken is not enqueued again, even after its job ended and freed :meth:`job`."""
+        return f"{self.prefix}:tick:{task}:{stamp}"
+
+    def result(self, job_id: str) -> str:
+        """A job's result record, for a task declared with ``keep_result``."""
+        return f"{self.prefix}:result:{job_id}"
+
+    def job_record_keys(self, job_id: str) -> list[str]:
+        """A job's marker, status and result keys: what a purge deletes with it."""
+        return [self.job(job_id), self.status(job_id), self.result(job_id)]
+
+    def status(self, job_id: str) -> str:
+        """A job's final record once it ended (kept for ``App(status_ttl=...)``)."""
+        return f"{self.prefix}:status:{job_id}"
+
+    def cancel_flag(self, job_id: str) -> str:
+        """Set by ``App.cancel`` for a running job: its worker cancels the run that the
+        value names (the stream entry id, or the sorted backend's take token)."""
+        return f"{self.prefix}:cancel:{job_id}"
+
+    def worker(self, name: str) -> str:
+        """A live worker's registry entry (JSON, see :mod:`lockgate.worker.registry`), expiring
+        unless its worker heartbeats."""
+        return f"{self.prefix}:worker:{name}"
+
+    def liveness(self) -> str:
+        """Which workers are alive, on the server's clock (a sorted set: see
+        ``lua/_liveness.lua``); one per partition, beside its streams."""
+        return f"{self.prefix}:liveness"
+
+    def workers(self) -> str:
+        """The registry's index: worker names scored by their entry's expiry (Unix s)."""
+        return f"{self.prefix}:workers"
+
+    def dashboard_secret(self) -> str:
+        """32 random bytes, written by the first dashboard to serve the namespace: with
+        the access token, the key of every dashboard's login cookies and CSRF tokens."""
+        return f"{self.prefix}:dashboard-secret"
+
+    def activity(self, minute: int) -> str:
+        """The activity counts of one minute (Unix time // 60): a sorted set used as a set
+        of counters, member ``stat:level:queue`` (see :mod:`lockgate.worker.activity`)."""
+        return f"{self.prefix}:activity:{minute}"
+
+    def sorted_waiting(self, queue: str) -> str:
+        """Sorted backend: job ids waiting, scored by rank (lower runs first)."""
+        return f"{self.prefix}:sorted:{queue}:waiting"
+
+    def sorted_inflight(self, queue: str) -> str:
+        """Sorted backend: job ids taken by a worker, scored by lease deadline (ms)."""
+        return f"{self.prefix}:sorted:{queue}:inflight"
+
+    def sorted_payloads(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> encoded job."""
+        return f"{self.prefix}:sorted:{queue}:payloads"
+
+    def sorted_ranks(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> original rank, restored when a lease expires."""
+        return f"{self.prefix}:sorted:{queue}:ranks"
+
+    def sorted_clock(self, queue: str) -> str:
+        """Sorted backend: last enqueue stamp (us), so stamps strictly increase (FIFO)."""
+        return f"{self.prefix}:sorted:{queue}:clock"
+
+    def sorted_delayed(self, queue: str) -> str:
+        """Sorted backend: job ids waiting for a due time, scored by due ms (server clock)."""
+        return f"{self.prefix}:sorted:{queue}:delayed"
+
+    def sorted_deliveries(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> how many times it was taken."""
+        return f"{self.prefix}:sorted:{queue}:deliveries"
+
+    def sorted_wake(self, queue: str) -> str:
+        """Sorted backend: short stream XADDed on enqueue and retry; idle workers block on
+        it with XREAD, so every one of them wakes (lockgate 0.1 used a list, ``wakeup``,
+        which BLPOP hands to one waiter only)."""
+        return f"{self.prefix}:sorted:{queue}:wake"
+
+    def sorted_owners(self, queue: str) -> str:
+        """Sorted backend: hash of job id -> owner token of the take that may settle it."""
+        return f"{self.prefix}:sorted:{queue}:owners"
+
+    def place_keys(self, placed: str) -> list[str]:
+        """The keys of the place a job's marker value names (see ``lua/_marker.lua``), in
+        the order ``job_status`` and ``cancel_job`` take them: a stream and its delayed
+        set; a sorted queue's payloads, inflight, delayed, deliveries, waiting, ranks and
+        owners; none for a marker that names no place (lockgate 0.2's, or none)."""
+        words = placed.split(" ")
+        if len(words) == 2 and words[0] == "sorted":
+            q = self.sorted_keys(words[1])
+            return [
+                q.payloads, q.inflight, q.delayed, q.deliveries, q.waiting, q.ranks, q.owners
+            ]  # fmt: skip
+        if len(words) >= 2 and ":" in words[-1]:
+            queue, _, level = words[-1].rpartition(":")
+            return [self.stream(queue, level), self.delayed(queue, level)]
+        return []
+
+    def sorted_keys(self, queue: str) -> SortedKeys:
+        """All keys of one sorted-backend queue."""
+        return SortedKeys(
+            waiting=self.sorted_waiting(queue),
+            inflight=self.sorted_inflight(queue),
+            payloads=self.sorted_payloads(queue),
+            ranks=self.sorted_ranks(queue),
+            clock=self.sorted_clock(queue),
+            wake=self.sorted_wake(queue),
+            delayed=self.sorted_delayed(queue),
+            deliveries=self.sorted_deliveries(queue),
+            owners=self.sorted_owners(queue),
+        )
+
+
+@dataclass(frozen=True)
+class SortedKeys:
+    """The keys of one sorted-backend queue."""
+
+    waiting: str
+    inflight: str
+    payloads: str
+    ranks: str
+    clock: str
+    wake: str
+    delayed: str
+    deliveries: str
+    owners: str

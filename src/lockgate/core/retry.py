@@ -1,0 +1,101 @@
+"""Retry policy: how often and after how long a failed job runs again. Pure, no I/O.
+
+Backoff is exponential with full jitter (a uniformly random delay between zero and the
+exponential ceiling), which spreads retries of jobs that failed together instead of
+bunching them; see AWS Architecture Blog, "Exponential Backoff And Jitter" (2015).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cached_property
+from typing import cast
+
+from lockgate.core.config import seconds
+from lockgate.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """Exponential backoff with full jitter.
+
+    Attributes:
+        base: ceiling of the first retry's delay, in seconds.
+        cap: no delay is longer than this.
+    """
+
+    base: float | timedelta = 1.0
+    cap: float | timedelta = 300.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base", seconds(self.base, "backoff base"))
+        object.__setattr__(self, "cap", seconds(self.cap, "backoff cap"))
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest delay after failed attempt number ``attempt`` (1-based)."""
+        base, cap = cast(float, self.base), cast(float, self.cap)  # normalised above
+        return min(cap, base * 2.0 ** min(attempt - 1, 60))
+
+    def delay(self, attempt: int, uniform: Callable[[], float] = random.random) -> float:
+        """A random delay in [0, ceiling(attempt)]."""
+        return uniform() * self.ceiling(attempt)
+
+    def window(self, retries: int) -> float:
+        """The longest time all retries can take to be scheduled (sum of ceilings)."""
+        return sum(self.ceiling(attempt) for attempt in range(1, retries + 1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """A task's failure handling.
+
+    Attributes:
+        retries: how many times a failed job is retried (attempts = retries + 1).
+        backoff: delay between attempts.
+        retry_on: exception types that are retried like ``RetryableError``.
+        timeout: seconds a run may take; a run over it is a retryable failure.
+    """
+
+    retries: int = 3
+    backoff: Backoff = Backoff()
+    retry_on: tuple[type[BaseException], ...] = ()
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int):
+            raise ConfigError(f"retries must be a whole number, got {self.retries!r}")
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
+        for kind in self.retry_on:
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                raise ConfigError(f"retry_on takes exception types, got {kind!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"timeout must be positive, got {self.timeout}")
+
+    @cached_property
+    def window(self) -> float:
+        """Longest span of retry delays (for idempotency TTL checks; read for every job
+        run, so computed once)."""
+        return self.backoff.window(self.retries)
+
+
+def check_expiry(task: str, expires: float | None, policy: RetryPolicy) -> None:
+    """Refuse an expiry no retry could meet (pure).
+
+    Raises:
+        ConfigError: ``expires`` is not positive, or the task retries and its first
+            retry's delay may be longer than ``expires`` (the retry would be dropped).
+    """
+    if expires is None:
+        return
+    if expires <= 0:
+        raise ConfigError(f"task {task!r}: expires must be positive, got {expires:g}")
+    first = policy.backoff.ceiling(1)
+    if policy.retries > 0 and expires < first:
+        raise ConfigError(
+            f"task {task!r} expires {expires:g} s after enqueue, shorter than its first "
+            f"retry's delay (up to {first:g} s): lower the backoff or set retries=0"
+        )

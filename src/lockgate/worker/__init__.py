@@ -1,0 +1,3 @@
+"""The worker: its loop, runner, settler, scheduler, registry, liveness, events and activity
+counts.
+"""
