@@ -37,7 +37,7 @@ from lockgate import App, ConfigError, Message, RetryableError, current_job
 from lockgate.backend.connections import async_client
 from lockgate.backend.keys import GROUP
 from lockgate.backend.sorted_broker import SortedConsumer
-from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.backend.stream_consumer import StreamConsumer
 from lockgate.ops.deadletter import list_dead
 
 

@@ -21,7 +21,7 @@ from conftest import job_ended, running, wait_until, worker_for
 from lockgate import App, ConfigError
 from lockgate.backend.connections import async_client
 from lockgate.backend.sorted_broker import SortedConsumer
-from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.backend.stream_consumer import StreamConsumer
 from lockgate.ops import queues
 
 BACKENDS = ["streams", "sorted"]

@@ -17,7 +17,7 @@ from conftest import job_ended, running, unacked_reads, wait_until, wait_until_s
 from lockgate import App, current_job
 from lockgate.backend.connections import async_client
 from lockgate.backend.keys import GROUP
-from lockgate.backend.stream_broker import StreamConsumer
+from lockgate.backend.stream_consumer import StreamConsumer
 from lockgate.ops.deadletter import list_dead
 
 

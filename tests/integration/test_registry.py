@@ -23,9 +23,10 @@ from cli_runs import invoke
 
 from conftest import running, wait_until, worker_for
 from lockgate import App, ConfigError, RetryableError, current_job
+from lockgate.backend.registry import SWEEP_AFTER, WorkerInfo
+from lockgate.core.activity import counter_name, minute_of
 from lockgate.ops.inspect import activity, live_workers
-from lockgate.worker.activity import counter_name, minute_of
-from lockgate.worker.registry import EXPIRES_AFTER, SWEEP_AFTER, WorkerInfo
+from lockgate.worker.registry import EXPIRES_AFTER
 
 BACKENDS = ["streams", "sorted"]
 STATS_APP = "registry_stats_app"  # the module the CLI imports the test's app from

@@ -11,8 +11,7 @@ import redis
 
 from lockgate.backend.keys import Keys
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
-from lockgate.worker.activity import Batch, minute_of
-from lockgate.worker.registry import (
+from lockgate.backend.registry import (
     KEEP_MS,
     SWEEP_AFTER,
     WorkerInfo,
@@ -20,6 +19,7 @@ from lockgate.worker.registry import (
     leave_call,
     placed,
 )
+from lockgate.core.activity import Batch, minute_of
 
 COUNTER = "done:normal:default"
 # Far from the server's clock: the times a script writes are the server's, not these.

@@ -12,13 +12,10 @@ from typing import Any
 import pytest
 
 from lockgate.backend.broker import Delivery
-from lockgate.core.codec import Job
-from lockgate.core.outcome import ALREADY_PROCESSED, DONE, ErrorInfo, Outcome
-from lockgate.worker.activity import (
+from lockgate.core.activity import (
     BOUNDS,
     KEEP_MINUTES,
     MINUTE,
-    ActivityRecorder,
     batches,
     bucket_of,
     counter_name,
@@ -27,6 +24,9 @@ from lockgate.worker.activity import (
     percentile,
     summarize,
 )
+from lockgate.core.codec import Job
+from lockgate.core.outcome import ALREADY_PROCESSED, DONE, ErrorInfo, Outcome
+from lockgate.worker.activity import ActivityRecorder
 from lockgate.worker.runner import Ending
 
 LEVELS = ("critical", "normal", "low")

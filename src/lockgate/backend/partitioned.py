@@ -33,7 +33,7 @@ from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import Keys
 from lockgate.backend.lua import AsyncScripts, ScriptCall
-from lockgate.backend.stream_broker import Read, StreamConsumer
+from lockgate.backend.stream_consumer import Read, StreamConsumer
 from lockgate.core.config import Levels
 from lockgate.core.logs import get_logger
 from lockgate.core.policy import spread_read

@@ -33,14 +33,14 @@ from lockgate.backend.keys import GROUP
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.backend.partitioned import WAKEUPS_MAX, wakeup_call
 from lockgate.backend.partitions import Layout, partition_of
+from lockgate.backend.registry import WorkerInfo, decode, heartbeat_call, leave_call, placed
 from lockgate.backend.sorted_broker import SortedBroker
 from lockgate.backend.stream_broker import StreamBroker
+from lockgate.core.activity import Batch, Counts, batches
 from lockgate.core.config import Backend, Levels
 from lockgate.core.logs import get_logger
 from lockgate.core.ratelimit import Rate
 from lockgate.errors import ConfigError, LockgateError
-from lockgate.worker.activity import Batch, Counts, batches
-from lockgate.worker.registry import WorkerInfo, decode, heartbeat_call, leave_call, placed
 
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).

@@ -16,10 +16,10 @@ from starlette.concurrency import run_in_threadpool
 
 from lockgate.api.app import App
 from lockgate.backend.broker import LevelStats
+from lockgate.core.activity import LevelActivity
 from lockgate.dashboard.charts import COMPACT, Series, legend, line_chart
 from lockgate.ops import deadletter, queues
 from lockgate.ops.inspect import Activity, WorkerInfo, activity, live_workers, queue_stats
-from lockgate.worker.activity import LevelActivity
 
 MINUTES = 15  # the activity window of the overview's rates and charts
 # Dead letters read to count them per queue and level; past that the page says so.

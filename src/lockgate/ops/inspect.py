@@ -7,9 +7,9 @@ from typing import Any
 
 from lockgate.api.app import App
 from lockgate.backend.broker import LevelStats
+from lockgate.backend.registry import WorkerInfo
+from lockgate.core.activity import KEEP_MINUTES, Activity, Totals, minute_of, summarize
 from lockgate.errors import ConfigError
-from lockgate.worker.activity import KEEP_MINUTES, Activity, Totals, minute_of, summarize
-from lockgate.worker.registry import WorkerInfo
 
 __all__ = [
     "Activity", "LevelStats", "Stats", "StatsReport", "WorkerInfo", "activity", "live_workers",
