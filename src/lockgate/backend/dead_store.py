@@ -15,14 +15,13 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from lockgate.backend.broker import Outgoing, batches, text
+from lockgate.backend.broker import Broker, Outgoing, batches, text
+from lockgate.backend.connections import SyncClient
 from lockgate.backend.faults import translated
-from lockgate.backend.lua import ScriptCall, ScriptName
-
-if TYPE_CHECKING:
-    from lockgate.backend.store import Store
+from lockgate.backend.lua import ScriptCall, ScriptName, SyncScripts
+from lockgate.backend.partitions import Layout
 
 # Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
 PURGE_CHUNK = 1000
@@ -42,10 +41,26 @@ def _order(entry_id: str) -> tuple[int, int]:
     return int(ms or 0), int(seq or 0)
 
 
-class DeadLetters:
-    """The dead-letter calls of one Store (through its sync client)."""
+class DeadHost(Protocol):
+    """What the dead-letter calls use of their store (:class:`lockgate.backend.store.Store`)."""
 
-    def __init__(self, store: Store) -> None:
+    url: str
+    layout: Layout
+    broker: Broker
+
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]: ...
+
+    def run(
+        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
+    ) -> list[Any]: ...
+
+    def wake_idle(self, counts: Mapping[str, int]) -> None: ...
+
+
+class DeadLetters:
+    """The dead-letter calls of one store (through its sync client)."""
+
+    def __init__(self, store: DeadHost) -> None:
         self._store = store
 
     def _streams(self) -> list[str]:
