@@ -1,9 +1,10 @@
 """lockgate: background jobs on Redis Streams with priorities, idempotency and nothing lost."""
 
 from lockgate.api.app import App
-from lockgate.api.context import JobContext, current_job
-from lockgate.api.task import EnqueueResult, Message, Task
+from lockgate.api.task import EnqueueResult, Task
 from lockgate.core.config import WorkerConfig
+from lockgate.core.context import JobContext, current_job
+from lockgate.core.message import Message
 from lockgate.core.retry import Backoff
 from lockgate.core.status import JobInfo
 from lockgate.errors import (

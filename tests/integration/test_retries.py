@@ -26,12 +26,12 @@ from conftest import job_ended, running, wait_until, wait_until_sync, worker_for
 from lockgate import (
     App,
     ConfigError,
-    Message,
     RetryableError,
     SerializationError,
     current_job,
 )
 from lockgate.backend.keys import GROUP
+from lockgate.core.message import Message
 from lockgate.ops.deadletter import list_dead
 
 BACKENDS = ["streams", "sorted"]

@@ -23,7 +23,7 @@ from lockgate.api.idempotency import (
     LeaseKeeper,
     check_ttl,
 )
-from lockgate.api.task import EnqueueResult, Message, Task
+from lockgate.api.task import EnqueueResult, Task
 from lockgate.backend.broker import EnqueuePlan, Outgoing
 from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.keys import Keys, check_key
@@ -42,10 +42,11 @@ from lockgate.core.config import (
     seconds,
 )
 from lockgate.core.cron import Schedule, check_no_arguments
+from lockgate.core.message import Message, check_size
 from lockgate.core.ratelimit import parse_rate
 from lockgate.core.retry import Backoff, RetryPolicy, check_expiry
 from lockgate.core.status import FinalRecord, JobInfo, Poll, answer, job_info, settled
-from lockgate.errors import ConfigError, SerializationError
+from lockgate.errors import ConfigError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -384,12 +385,7 @@ class App:
         messages = list(messages)
         outgoing = []
         for message in messages:
-            data = codec.encode(message.job)
-            if len(data) > self.max_payload_bytes:
-                raise SerializationError(
-                    f"job {message.job.id!r} of task {message.job.task!r} is {len(data)} "
-                    f"bytes encoded, over the limit of {self.max_payload_bytes}"
-                )
+            data = check_size(message, codec.encode(message.job), self.max_payload_bytes)
             once_key, once_ttl_ms = message.once or (None, 0)
             outgoing.append(
                 Outgoing(message.job, data, round(message.delay * 1000), once_key, once_ttl_ms)

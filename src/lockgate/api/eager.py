@@ -14,26 +14,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import msgspec
 
-from lockgate.api.context import JobContext, reset_current, set_current
+from lockgate.api.idempotency import ClaimHost, step_claim
+from lockgate.api.task import Task
 from lockgate.core import codec
+from lockgate.core.context import JobContext, reset_current, set_current
 from lockgate.core.outcome import ErrorInfo, dead, decide
 from lockgate.core.status import JobInfo, encode_result, final_status, moment
 from lockgate.errors import TaskNotFound
 
-if TYPE_CHECKING:
-    from lockgate.api.app import App
-    from lockgate.api.task import Task
+
+class EagerHost(ClaimHost, Protocol):
+    """What eager runs use of their App (:class:`lockgate.api.app.App`): its tasks, and
+    what the claims made in the runs use."""
+
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
 
 
 class EagerRuns:
     """What the eager runs of one ``with app.eager():`` block left, by job id."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: EagerHost) -> None:
         self._app = app
         self.jobs: dict[str, JobInfo] = {}
 
@@ -97,6 +105,7 @@ class EagerRuns:
         return JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued, app=self._app,
             retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
+            steps=functools.partial(step_claim, self._app),
         )  # fmt: skip
 
     @staticmethod

@@ -23,17 +23,15 @@ import weakref
 from collections.abc import Generator, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from lockgate.api.context import running_job
-from lockgate.backend.keys import check_key
+from lockgate.backend.keys import Keys, check_key
 from lockgate.backend.lua import Arg, ScriptCall
+from lockgate.backend.store import Store
 from lockgate.core.config import seconds
+from lockgate.core.context import JobContext, running_job
 from lockgate.core.logs import get_logger
 from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
-
-if TYPE_CHECKING:
-    from lockgate.api.app import App
 
 log = get_logger(__name__)
 
@@ -42,7 +40,7 @@ DEFAULT_LEASE = 30.0
 RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
 LAPSED = -2  # idem_claim's answer: a worker's claim whose lease lapsed; judge its holder
 JUDGE_ROUNDS = 3  # judge-and-take rounds before a claim that keeps changing counts as busy
-# The value of a claim held by a worker (lockgate.api.context.Holder.token): hold, quiet and
+# The value of a claim held by a worker (lockgate.core.context.Holder.token): hold, quiet and
 # gap ms, a random part, the worker's consumer name.
 _HELD = re.compile(r"c:w\d+\.(\d+)\.(\d+)\.[0-9a-f]+\.(.+)", re.DOTALL)
 
@@ -61,13 +59,28 @@ def check_ttl(key: str, ttl: float, retry_window: float) -> None:
         )
 
 
+class ClaimHost(Protocol):
+    """What a claim uses of its App (:class:`lockgate.api.app.App`): the store its
+    calls go through, the thread that renews its lease, and whether it writes markers
+    for older releases too."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lease_keeper(self) -> LeaseKeeper: ...
+
+    @property
+    def legacy_markers(self) -> bool: ...
+
+
 class LeaseKeeper:
     """One daemon thread per App that renews the leases of live claims, and sends again
     the settles of claims whose own settle failed (Redis away): a worker's claim is not
-    left to its long hold (see :class:`lockgate.api.context.Holder`) because its release or
+    left to its long hold (see :class:`lockgate.core.context.Holder`) because its release or
     done marker was lost."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ClaimHost) -> None:
         self._app = weakref.ref(app)
         self._claims: dict[str, Claim] = {}
         self._unsettled: dict[str, tuple[Claim, str]] = {}  # token -> claim, action
@@ -138,7 +151,7 @@ class LeaseKeeper:
 
     def _renew(
         self,
-        app: App,
+        app: ClaimHost,
         claims: Iterable[Claim],
         unsettled: Iterable[tuple[Claim, str]] = (),
         *,
@@ -224,7 +237,7 @@ class Claim:
 
     def __init__(
         self,
-        app: App,
+        app: ClaimHost,
         key: str,
         *,
         ttl: float | timedelta = DEFAULT_TTL,
@@ -514,3 +527,14 @@ class Claim:
             self.app.lease_keeper.settle_later(self, action)
             raise
         self.settled(action, kept)
+
+
+def step_claim(app: ClaimHost, job: JobContext, name: str, ttl: float | timedelta | None) -> Claim:
+    """The claim of step ``name`` of ``job`` on ``app`` (what
+    [JobContext.step][lockgate.JobContext.step] returns): its done marker lasts ``ttl``,
+    by default the task's ``idempotency_ttl``."""
+    key = Keys.step_claim_name(job.task, job.job_id, name)
+    return Claim(
+        app, key, ttl=job.idempotency_ttl if ttl is None else ttl, step=name,
+        older_key=Keys.older_step_claim_name(job.task, job.job_id, name), legacy_scope=key,
+    )  # fmt: skip

@@ -11,23 +11,47 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from lockgate.api.idempotency import DEFAULT_TTL
 from lockgate.core import codec
 from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
-from lockgate.core.config import seconds
+from lockgate.core.config import Levels, seconds
+from lockgate.core.message import Message, check_size
 from lockgate.core.ratelimit import Rate
 from lockgate.core.retry import RetryPolicy
 from lockgate.core.status import JobInfo, Status, answer
 from lockgate.errors import ConfigError
 
-if TYPE_CHECKING:
-    from lockgate.api.app import App
-
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class TaskHost(Protocol):
+    """What a task and an enqueue's handle use of their App
+    (:class:`lockgate.api.app.App`): its levels and payload limit, its enqueue, and the
+    job handle's queries."""
+
+    @property
+    def levels(self) -> Levels: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]: ...
+
+    async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]: ...
+
+    def job(self, job_id: str) -> JobInfo: ...
+
+    def cancel(self, job_id: str) -> bool: ...
+
+    def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any: ...
+
+    async def wait_result_async(
+        self, job_id: str, task: str = "", timeout: float | None = None
+    ) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +68,11 @@ class EnqueueResult:
     job_id: str
     created: bool
     task: str = field(default="", compare=False)
-    app: App | None = field(default=None, repr=False, compare=False)
+    app: TaskHost | None = field(default=None, repr=False, compare=False)
     # An eager run's end (``App.eager``): the handle answers from it, in or out of the block.
     ran: JobInfo | None = field(default=None, repr=False, compare=False)
 
-    def _owner(self) -> App:
+    def _owner(self) -> TaskHost:
         if self.app is None:
             raise ConfigError("this EnqueueResult was made by hand: it knows no App")
         return self.app
@@ -90,30 +114,12 @@ class EnqueueResult:
         return self._owner().cancel(self.job_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A job built by [Task.message][lockgate.Task.message], ready for
-    [App.enqueue_many][lockgate.App.enqueue_many].
-
-    Attributes:
-        job: the job.
-        delay: seconds before it may run (0: now).
-        once: a once-only key and its TTL in ms, taken (``SET NX PX``) by the enqueue
-            itself: while the key lives, the job is not enqueued again, even after it
-            ended (a cron tick's, see [App.cron][lockgate.App.cron]). None: no such key.
-    """
-
-    job: Job
-    delay: float = 0.0
-    once: tuple[str, int] | None = None
-
-
 class Task(Generic[P, R]):
     """A function registered on an App. Calling it runs it here; ``enqueue`` queues it."""
 
     def __init__(
         self,
-        app: App,
+        app: TaskHost,
         fn: Callable[P, R],
         *,
         name: str,
@@ -336,7 +342,8 @@ class Task(Generic[P, R]):
         message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
         )
-        self.app._plan([message])  # encoded and size-checked now, not after the commit
+        # Encoded and size-checked now, not after the commit.
+        check_size(message, codec.encode(message.job), self.app.max_payload_bytes)
         enqueue_on_commit(self.app, conn, message)
         return message.job.id
 

@@ -52,16 +52,14 @@ import importlib
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from lockgate.backend.faults import classify
 from lockgate.core.logs import get_logger
+from lockgate.core.message import Message
 from lockgate.errors import BrokerError, ConfigError, DatabaseError, LockgateError, MissingExtra
-
-if TYPE_CHECKING:
-    from lockgate.api.app import App
-    from lockgate.api.task import Message
 
 logger = get_logger(__name__)
 
@@ -77,6 +75,13 @@ ACCEPTED = (
     "a psycopg 3 Connection (sync) or a Django connection (django.db.connection or "
     "django.db.connections[alias])"
 )
+
+
+class Sender(Protocol):
+    """What a job waiting for its commit is sent through: its App
+    (:class:`lockgate.api.app.App`)."""
+
+    def enqueue_many(self, messages: Iterable[Message]) -> Sequence[Any]: ...
 
 
 class DjangoConnection(Protocol):
@@ -107,7 +112,7 @@ def django_connection(conn: object) -> DjangoConnection | None:
     return conn  # type: ignore[return-value]  # checked above, attribute by attribute
 
 
-def enqueue_on_commit(app: App, conn: object, message: Message) -> None:
+def enqueue_on_commit(app: Sender, conn: object, message: Message) -> None:
     """Send ``message`` once the transaction ``conn`` is in commits (at once outside one).
 
     Args:
@@ -151,7 +156,7 @@ def drain(timeout: float = EXIT_WAIT) -> bool:
     return _watcher.drain(timeout)
 
 
-def _on_django_commit(app: App, conn: DjangoConnection, message: Message) -> None:
+def _on_django_commit(app: Sender, conn: DjangoConnection, message: Message) -> None:
     transaction: Any = importlib.import_module("django.db.transaction")
     if not conn.in_atomic_block:
         # Django runs it at once (autocommit) or refuses (manual transactions): a failed
@@ -167,7 +172,7 @@ def _on_django_commit(app: App, conn: DjangoConnection, message: Message) -> Non
     transaction.on_commit(after_commit, using=conn.alias)
 
 
-def _on_psycopg_commit(app: App, conn: Any, message: Message) -> None:
+def _on_psycopg_commit(app: Sender, conn: Any, message: Message) -> None:
     import psycopg
     from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
@@ -216,7 +221,7 @@ def _describe(conninfo: str) -> str:
 class _Send:
     """A job waiting for its transaction's outcome (``xid``) or for a retried send."""
 
-    app: App
+    app: Sender
     message: Message
     xid: str = ""
     failures: int = 0

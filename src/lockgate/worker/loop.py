@@ -39,10 +39,10 @@ from dataclasses import replace
 from typing import Any
 
 from lockgate.api.app import App
-from lockgate.api.context import Holder
 from lockgate.backend.broker import Consumer, Delivery, Liveness
 from lockgate.backend.faults import classify
 from lockgate.core.config import WorkerConfig
+from lockgate.core.context import Holder
 from lockgate.core.intake import IntakeLimit, sample_lag
 from lockgate.core.logs import get_logger, traceback_extra
 from lockgate.core.outcome import CANCELLED, dead

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import threading
 import time
@@ -27,13 +28,13 @@ from typing import Any
 import msgspec
 
 from lockgate.api.app import App
-from lockgate.api.context import Holder, JobContext, set_current
-from lockgate.api.idempotency import Claim
+from lockgate.api.idempotency import Claim, step_claim
 from lockgate.api.task import Task
 from lockgate.backend.broker import Delivery, ReadClaim
 from lockgate.backend.keys import Keys
 from lockgate.core.codec import Job
 from lockgate.core.config import WorkerConfig
+from lockgate.core.context import Holder, JobContext, set_current
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import (
     ALREADY_PROCESSED,
@@ -160,7 +161,7 @@ class JobRunner:
         finish_abandoned: applies, from the run's own thread, the ending of a sync run
             abandoned by a forced stop (the worker's sync settle path).
         holder: the worker that holds the claims its runs make (see
-            :class:`lockgate.api.context.Holder`).
+            :class:`lockgate.core.context.Holder`).
     """
 
     def __init__(
@@ -241,7 +242,7 @@ class JobRunner:
         context = JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
-            holder=self.holder,
+            holder=self.holder, steps=functools.partial(step_claim, self.app),
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)

@@ -26,9 +26,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from lockgate.api.app import App
-from lockgate.api.task import EnqueueResult, Message
+from lockgate.api.task import EnqueueResult
 from lockgate.core.cron import Schedule, stamp
 from lockgate.core.logs import get_logger
+from lockgate.core.message import Message
 
 log = get_logger(__name__)
 MAX_SLEEP = 60.0  # seconds: the longest sleep between looks at the clock

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lockgate.api.app import App
-from lockgate.api.context import current_job
 from lockgate.backend.addresses import masked
 from lockgate.cli.common import terminal_width
 from lockgate.cli.demo.report import Progress, Run, report
 from lockgate.core.config import REDIS_URL_ENV, Backend, PolicyName, WorkerConfig
+from lockgate.core.context import current_job
 from lockgate.integrations.embedded import redis_url_or_embedded
 from lockgate.worker.loop import Worker
 

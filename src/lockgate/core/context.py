@@ -8,14 +8,41 @@ import uuid
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import Any, Protocol
 
-from lockgate.backend.keys import Keys
 from lockgate.errors import LockgateError
 
-if TYPE_CHECKING:
-    from lockgate.api.app import App
-    from lockgate.api.idempotency import Claim
+
+class StepClaim(Protocol):
+    """An idempotency claim, used as ``with`` or ``async with`` (what
+    [JobContext.step][lockgate.JobContext.step] returns:
+    :class:`lockgate.api.idempotency.Claim`)."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class StepClaims(Protocol):
+    """Makes the claim of one step of a job (:func:`lockgate.api.idempotency.step_claim`
+    on the job's App)."""
+
+    def __call__(self, job: JobContext, name: str, ttl: float | timedelta | None) -> StepClaim: ...
 
 
 @dataclass(frozen=True)
@@ -77,12 +104,13 @@ class JobContext:
     level: str
     attempt: int
     enqueued: float
-    app: App | None = field(default=None, repr=False)
+    app: object = field(default=None, repr=False)  # the App (claims check it is theirs)
     retry_window: float = 0.0
     idempotency_ttl: float = 86_400.0
     claimed_keys: set[str] = field(default_factory=set, repr=False)
     done_markers: list[float] = field(default_factory=list, repr=False)
     holder: Holder | None = field(default=None, repr=False)
+    steps: StepClaims | None = field(default=None, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -94,7 +122,7 @@ class JobContext:
         """Ask this run to stop (the worker's side of ``App.cancel``)."""
         self._cancel.set()
 
-    def step(self, name: str, *, ttl: float | timedelta | None = None) -> Claim:
+    def step(self, name: str, *, ttl: float | timedelta | None = None) -> StepClaim:
         """An idempotency claim scoped to this job and one external step of it.
 
         Its done marker lasts ``ttl``, by default the task's ``idempotency_ttl``.
@@ -107,15 +135,9 @@ class JobContext:
         Raises:
             LockgateError: the job does not belong to an App's worker.
         """
-        from lockgate.api.idempotency import Claim
-
-        if self.app is None:
+        if self.steps is None:
             raise LockgateError("job.step() needs a job run by a lockgate worker")
-        key = Keys.step_claim_name(self.task, self.job_id, name)
-        return Claim(
-            self.app, key, ttl=self.idempotency_ttl if ttl is None else ttl, step=name,
-            older_key=Keys.older_step_claim_name(self.task, self.job_id, name), legacy_scope=key,
-        )  # fmt: skip
+        return self.steps(self, name, ttl)
 
 
 _current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)
