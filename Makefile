@@ -55,6 +55,7 @@ lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # lockgate and its peers against one Redis; each peer in its own benchmarks/.venv-<peer>.
 # BENCH_ARGS passes options through, e.g. make bench BENCH_ARGS="--jobs 2000 --runs 1".

@@ -2,6 +2,7 @@
 
 The documented path of :mod:`lockgate.ops.deadletter`, which holds the code."""
 
+from lockgate.backend.dead_store import record
 from lockgate.ops.deadletter import (
     DETAILS,
     FIELDS,
@@ -11,7 +12,6 @@ from lockgate.ops.deadletter import (
     count_dead,
     list_dead,
     purge,
-    record,
     replay,
     show_dead,
     trim,

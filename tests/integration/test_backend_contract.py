@@ -18,8 +18,9 @@ from conftest import wait_until
 from lockgate import App
 from lockgate.backend.broker import Consumer, Delivery, Liveness, Settlement
 from lockgate.backend.connections import async_client
+from lockgate.backend.dead_store import record
 from lockgate.core.outcome import DONE, Outcome, dead
-from lockgate.ops.deadletter import list_dead, record
+from lockgate.ops.deadletter import list_dead
 from lockgate.worker.liveness import LivenessKeeper
 
 LEVELS = {"critical": 10, "normal": 5, "low": 1}

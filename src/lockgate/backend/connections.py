@@ -575,3 +575,26 @@ def _per_node(reply: Any) -> bool:
 
 def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class Ping:
+    """A server's answer to PING, asked again until it comes (a server starting up).
+
+    Args:
+        host: the server's host.
+        port: its port.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._client = redis.Redis(host=host, port=port, socket_connect_timeout=1)
+
+    def __call__(self) -> bool:
+        """Whether it answered (False while it refuses connections or loads its data)."""
+        try:
+            return bool(self._client.ping())
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            return False
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._client.close()

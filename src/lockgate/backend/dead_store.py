@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import heapq
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from lockgate.backend.broker import Broker, Outgoing, batches, text
+from lockgate.backend.broker import Broker, Delivery, Outgoing, batches, text
 from lockgate.backend.connections import SyncClient
 from lockgate.backend.faults import translated
 from lockgate.backend.lua import ScriptCall, ScriptName, SyncScripts
 from lockgate.backend.partitions import Layout
+from lockgate.core.outcome import ErrorInfo
 
 # Dead letters one purge call deletes: milliseconds of work, so other clients barely wait.
 PURGE_CHUNK = 1000
@@ -39,6 +41,31 @@ def _order(entry_id: str) -> tuple[int, int]:
     """A stream entry id as a sortable pair (milliseconds, sequence)."""
     ms, _, seq = entry_id.partition("-")
     return int(ms or 0), int(seq or 0)
+
+
+def record(
+    delivery: Delivery, reason: str, error: ErrorInfo | None = None
+) -> dict[str, str | bytes]:
+    """The fields of a dead letter for ``delivery`` (pure)."""
+    job = delivery.job
+    fields: dict[str, str | bytes] = {
+        "job_id": job.id if job else delivery.job_id,
+        "task": job.task if job else "",
+        "reason": reason,
+        "error_type": error.type if error else "",
+        "error": error.message if error else (delivery.error or ""),
+        "traceback": error.traceback if error else "",
+        "attempt": str(job.attempt if job else 0),
+        "deliveries": str(delivery.deliveries),
+        "queue": delivery.queue,
+        "level": job.level if job else "",
+        "origin": delivery.source,
+        "entry": delivery.ref,
+        "enqueued_at": f"{job.enqueued:.3f}" if job else "",
+        "failed_at": f"{time.time():.3f}",
+    }
+    fields["job"] = delivery.raw if delivery.raw is not None else b""
+    return fields
 
 
 class DeadHost(Protocol):
@@ -62,6 +89,13 @@ class DeadLetters:
 
     def __init__(self, store: DeadHost) -> None:
         self._store = store
+
+    def trim_args(self, max_len: int, max_age_ms: int) -> list[int]:
+        """ARGV of the scripts that trim the dead-letter streams (pure): ``[max entries,
+        max age in ms]``, the entries shared by the partitions' streams; 0 means no
+        limit."""
+        partitions = self._store.layout.partitions
+        return [-(-max_len // partitions), max_age_ms]  # rounded up; 0 stays 0
 
     def _streams(self) -> list[str]:
         return [keys.dead() for keys in self._store.layout.parts]

@@ -29,8 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-import redis
-
+from lockgate.backend.connections import Ping
 from lockgate.core.config import REDIS_URL_ENV
 from lockgate.core.logs import get_logger
 from lockgate.errors import ConfigError, ConnectionFailed
@@ -170,23 +169,20 @@ class EmbeddedServer:
         return self
 
     def _wait_until_ready(self, process: subprocess.Popen[bytes]) -> None:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
+        answers = Ping("127.0.0.1", self.port)
         deadline = time.monotonic() + START_TIMEOUT
         try:
             while True:
                 if process.poll() is not None:
                     raise ConnectionFailed(self.url, f"embedded server exited: {self._last_log()}")
-                try:
-                    if client.ping():
-                        return
-                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
-                    pass
+                if answers():
+                    return
                 if time.monotonic() > deadline:
                     self.kill()
                     raise ConnectionFailed(self.url, "embedded server did not start in time")
                 time.sleep(0.01)
         finally:
-            client.close()
+            answers.close()
 
     def _last_log(self) -> str:
         try:

@@ -17,10 +17,9 @@ from typing import Any
 import msgspec
 
 from lockgate.api.app import App
-from lockgate.backend.broker import Delivery, Outgoing, text
+from lockgate.backend.broker import Outgoing, text
 from lockgate.backend.dead_store import ReplayOutcome
 from lockgate.core import codec
-from lockgate.core.outcome import ErrorInfo
 from lockgate.errors import ConfigError, SerializationError
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
@@ -28,31 +27,6 @@ FIELDS = (
     "job_id", "task", "reason", "error_type", "error", "traceback", "attempt", "deliveries",
     "queue", "level", "origin", "entry", "enqueued_at", "failed_at", "job",
 )  # fmt: skip
-
-
-def record(
-    delivery: Delivery, reason: str, error: ErrorInfo | None = None
-) -> dict[str, str | bytes]:
-    """The fields of a dead letter for ``delivery`` (pure)."""
-    job = delivery.job
-    fields: dict[str, str | bytes] = {
-        "job_id": job.id if job else delivery.job_id,
-        "task": job.task if job else "",
-        "reason": reason,
-        "error_type": error.type if error else "",
-        "error": error.message if error else (delivery.error or ""),
-        "traceback": error.traceback if error else "",
-        "attempt": str(job.attempt if job else 0),
-        "deliveries": str(delivery.deliveries),
-        "queue": delivery.queue,
-        "level": job.level if job else "",
-        "origin": delivery.source,
-        "entry": delivery.ref,
-        "enqueued_at": f"{job.enqueued:.3f}" if job else "",
-        "failed_at": f"{time.time():.3f}",
-    }
-    fields["job"] = delivery.raw if delivery.raw is not None else b""
-    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +255,7 @@ def trim_args(app: App) -> list[int]:
         by its partitions' streams, see :mod:`lockgate.backend.dead_store`) and
         ``dead_letter_max_age``; 0 means no limit.
     """
-    partitions = app.store.layout.partitions
-    max_len = -(-app.dead_letter_max_len // partitions)  # rounded up; 0 stays 0
-    return [max_len, app.dead_letter_max_age_ms]
+    return app.store.dead.trim_args(app.dead_letter_max_len, app.dead_letter_max_age_ms)
 
 
 def trim(app: App) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lockgate.api.app import App
+from lockgate.backend import dead_store
 from lockgate.backend.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
 from lockgate.backend.faults import Fault, classify
 from lockgate.backend.lua import ScriptCall
@@ -25,7 +26,6 @@ from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED, dead
 from lockgate.core.policy import reconnect_delay
 from lockgate.errors import LockgateError
-from lockgate.ops import deadletter
 from lockgate.worker.runner import Ending
 
 log = get_logger(__name__)
@@ -37,7 +37,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
     outcome, claim = ending.outcome, ending.claim
     record: dict[str, str | bytes] = {}
     if outcome.kind == "dead":
-        record = deadletter.record(ending.delivery, outcome.reason, outcome.error)
+        record = dead_store.record(ending.delivery, outcome.reason, outcome.error)
     final, result, result_ttl_ms = b"", b"", 0
     job, task = ending.delivery.job, ending.task
     if outcome.kind in ("done", "dead") and job is not None:
@@ -60,7 +60,11 @@ def settlement(app: App, ending: Ending) -> Settlement:
         done_prefix=claim.done_prefix if claim is not None else "",
         legacy_markers=claim.string_markers if claim is not None else False,
         record=record,
-        trim=deadletter.trim_args(app) if outcome.kind == "dead" else (0, 0),
+        trim=(
+            app.store.dead.trim_args(app.dead_letter_max_len, app.dead_letter_max_age_ms)
+            if outcome.kind == "dead"
+            else (0, 0)
+        ),
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
     )  # fmt: skip
 
