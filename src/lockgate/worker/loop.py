@@ -35,7 +35,6 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 from lockgate.api.app import App
@@ -45,9 +44,11 @@ from lockgate.core.config import WorkerConfig
 from lockgate.core.context import Holder
 from lockgate.core.intake import IntakeLimit, sample_lag
 from lockgate.core.logs import get_logger, traceback_extra
-from lockgate.core.outcome import CANCELLED, dead
+from lockgate.core.outcome import dead
 from lockgate.core.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.errors import AccessDenied, LockgateError
+from lockgate.worker import cancels
+from lockgate.worker.cancels import CANCEL_LOOK
 from lockgate.worker.events import Watchers
 from lockgate.worker.liveness import LivenessKeeper
 from lockgate.worker.registry import Registry
@@ -61,7 +62,6 @@ FORGET_EVERY = 10  # reclaim rounds between sweeps of consumers that are gone
 FORCED_FLUSH = 1.0  # seconds a forced stop still gives the settler
 DELIVERY_FACTOR = 4  # deliveries, per allowed crash, after which a job is dead-lettered
 SHORT_WAIT = 0.1  # seconds: an idle wait shorter than this sleeps instead of blocking
-CANCEL_LOOK = 0.25  # seconds between looks for App.cancel requests of running jobs
 TICK_EVERY = 0.05  # seconds between the event loop's ticks to its liveness keeper
 
 
@@ -433,7 +433,7 @@ class Worker:
                         delivery.job_id, job.task if job else "?",
                         job.attempt if job else 0, ending.outcome.error.type,
                         ending.outcome.error.message, ending.outcome.delay)  # fmt: skip
-        self._settler.add(await self._unless_cancelled(ending))
+        self._settler.add(await cancels.unless_cancelled(self.app.store, ending))
 
     def _applied(self, ending: Ending, owned: bool) -> None:
         self._wake.set()  # a slot may be free, and a burst worker may be done
@@ -494,44 +494,16 @@ class Worker:
             await self._unless_stopping(asyncio.sleep(TICK_EVERY), closing=True)
 
     async def _cancel_loop(self) -> None:
-        """Look for ``App.cancel`` requests of the jobs running here, every
-        ``CANCEL_LOOK`` seconds while any runs (one read), and pass them to the runner.
-
-        A server that refuses the read (an ACL without it) turns cancellation of running
-        jobs off, logged once: it must not stop the jobs themselves."""
+        """Pass ``App.cancel`` requests of the jobs running here to the runner, every
+        ``CANCEL_LOOK`` seconds while any runs (see :func:`lockgate.worker.cancels.look`)."""
         assert self._runner is not None
         while not self._closing.is_set():
             await self._unless_stopping(asyncio.sleep(CANCEL_LOOK), closing=True)
             running = [d for d in self._running.values() if d.job is not None]
             if self._closing.is_set() or not running:
                 continue
-            try:
-                flags = await self.app.store.cancel_requests([d.job_id for d in running])
-            except AccessDenied as e:
-                log.warning("running jobs cannot be cancelled here: %s", e)
+            if not await cancels.look(self.app.store, self._runner, running):
                 return
-            for delivery, take in zip(running, flags, strict=True):
-                if take:
-                    self._runner.cancel(delivery.job_id, take)
-
-    async def _unless_cancelled(self, ending: Ending) -> Ending:
-        """A run about to be put back (a retry, a busy claim, a rate limit) whose job was
-        cancelled meanwhile ends cancelled: put back under a new take, the cancel request
-        (which names this take) would never reach it."""
-        delivery = ending.delivery
-        if ending.outcome.kind != "retry" or delivery.job is None:
-            return ending
-        try:
-            take = await self.app.store.cancel_request(delivery.job_id)
-        except LockgateError as e:  # the request is kept; the next run looks again
-            log.debug("job %s: cancel request not read (%s)", delivery.job_id, e)
-            return ending
-        if take and take in (delivery.ref, delivery.owner):
-            log.info("job %s (%s): cancelled instead of put back", delivery.job_id,
-                     delivery.job.task)  # fmt: skip
-            # A run left going past its timeout keeps its claim until it ends.
-            ending.outcome = replace(CANCELLED, claim=ending.outcome.claim)
-        return ending
 
     # stopping
 
