@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from lockgate import App, current_job
 
@@ -41,3 +42,15 @@ def hold_key(key: str) -> None:
     with app.idempotent(key, lease=1.0):
         client.rpush(record_key("holding"), os.getpid())
         threading.Event().wait()
+
+
+@app.task(retries=0)
+def hold_until_go(key: str) -> None:
+    """Holds a claim on ``key`` (a one-second lease) until the test sets ``go``, then
+    leaves it as done, recording its worker's pid on the way in and out."""
+    client = app.client()
+    with app.idempotent(key, lease=1.0):
+        client.rpush(record_key("holding"), os.getpid())
+        while not client.exists(record_key("go")):
+            time.sleep(0.02)
+    client.rpush(record_key("left"), os.getpid())

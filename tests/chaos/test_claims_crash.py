@@ -224,6 +224,46 @@ def test_a_claim_held_by_a_killed_worker_is_taken_over_once_the_worker_is_judged
         pytest.fail("ran twice")
 
 
+def test_a_frozen_workers_claim_is_taken_over_and_its_late_settle_is_refused(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[..., Proc]
+) -> None:
+    """A worker SIGSTOPped past its liveness lease while it holds a claim counts as dead:
+    a caller takes the claim over. Resumed (SIGCONT), the worker leaves its block: its
+    settle finds the claim another's and changes nothing (fenced), and it says so."""
+    app = make_app()
+
+    @app.task(retries=0)
+    def hold_until_go(key: str) -> None: ...
+
+    prefix = f"{app.keys.prefix}:test"
+    workers = [worker(spawn), worker(spawn)]
+    hold_until_go.enqueue("email:C3")
+    wait_until_sync(lambda: rclient.llen(f"{prefix}:holding"), message="a worker holds it")
+    pid = int(rclient.lindex(f"{prefix}:holding", 0) or 0)
+    (holder,) = [proc for proc in workers if proc.popen.pid == pid]
+    holder.popen.send_signal(signal.SIGSTOP)
+    ran: list[str] = []
+    try:
+
+        def take() -> bool:
+            with contextlib.suppress(ClaimBusy), app.idempotent("email:C3", lease=1.0):
+                ran.append("taken")
+            return bool(ran)
+
+        wait_until_sync(take, timeout=30, message="the frozen worker's claim taken over")
+    finally:
+        holder.popen.send_signal(signal.SIGCONT)
+    rclient.set(f"{prefix}:go", 1)
+    wait_until_sync(lambda: rclient.llen(f"{prefix}:left"), message="the holder left its block")
+    wait_until_sync(
+        lambda: "was taken over before done" in holder.log.read_text(errors="replace"),
+        message="the holder said its settle was refused",
+    )
+    assert ran == ["taken"]
+    with pytest.raises(AlreadyProcessed), app.idempotent("email:C3"):
+        pytest.fail("ran again")
+
+
 @pytest.fixture
 def server() -> Iterator[EmbeddedServer]:
     """A server of this test's own, without persistence: a restart loses everything."""
