@@ -163,12 +163,11 @@ def parse_counter(name: str) -> tuple[str, str, str] | None:
     return stat, queue, level
 
 
-@dataclass(frozen=True, slots=True)
-class Minute:
-    """One minute of a queue and level (or of several, combined).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counted:
+    """What was counted over a span: a minute (:class:`Minute`) or a window (:class:`Totals`).
 
     Attributes:
-        start: the minute's start (UTC).
         done: runs that succeeded.
         retried: attempts that failed and will run again.
         dead: final failures (dead-lettered).
@@ -176,7 +175,6 @@ class Minute:
         waits: the wait histogram, bucket index -> jobs (see :data:`BOUNDS`).
     """
 
-    start: datetime
     done: int = 0
     retried: int = 0
     dead: int = 0
@@ -185,7 +183,7 @@ class Minute:
 
     @property
     def wait_p50(self) -> float | None:
-        """Median wait of the jobs started in the minute, seconds (None: none started)."""
+        """Median wait of the jobs started in the span, seconds (None: none started)."""
         return percentile(self.waits, 0.5)
 
     @property
@@ -193,34 +191,31 @@ class Minute:
         """99th percentile of the waits, seconds (None: none started)."""
         return percentile(self.waits, 0.99)
 
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the histogram left out)."""
+    def _counts(self) -> dict[str, Any]:
         return {
-            "start": self.start.isoformat(), "done": self.done, "retried": self.retried,
-            "dead": self.dead, "cancelled": self.cancelled, "wait_p50": self.wait_p50,
-            "wait_p99": self.wait_p99,
+            "done": self.done, "retried": self.retried, "dead": self.dead,
+            "cancelled": self.cancelled, "wait_p50": self.wait_p50, "wait_p99": self.wait_p99,
         }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
-class Totals:
-    """A queue and level's counts over a whole window.
+class Minute(Counted):
+    """One minute of a queue and level (or of several, combined): its counts (see
+    :class:`Counted`) and its start (UTC)."""
 
-    Attributes:
-        seconds: the window's length: from its first minute's start to when it was read.
-        done: runs that succeeded.
-        retried: attempts that failed and will run again.
-        dead: final failures (dead-lettered).
-        cancelled: jobs cancelled or expired.
-        waits: the wait histogram, bucket index -> jobs (see :data:`BOUNDS`).
-    """
+    start: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the histogram left out)."""
+        return {"start": self.start.isoformat(), **self._counts()}
+
+
+@dataclass(frozen=True, slots=True)
+class Totals(Counted):
+    """A queue and level's counts over a whole window (see :class:`Counted`), and the
+    window's length in seconds: from its first minute's start to when it was read."""
 
     seconds: float
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    cancelled: int = 0
-    waits: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def done_per_second(self) -> float:
@@ -232,24 +227,12 @@ class Totals:
         """Final failures (dead-lettered), per second of the window."""
         return self.dead / self.seconds
 
-    @property
-    def wait_p50(self) -> float | None:
-        """Median wait over the window, seconds (None: no job started)."""
-        return percentile(self.waits, 0.5)
-
-    @property
-    def wait_p99(self) -> float | None:
-        """99th percentile of the waits over the window, seconds (None: none started)."""
-        return percentile(self.waits, 0.99)
-
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the histogram left out)."""
         return {
-            "seconds": self.seconds, "done": self.done, "retried": self.retried,
-            "dead": self.dead, "cancelled": self.cancelled,
+            "seconds": self.seconds, **self._counts(),
             "done_per_second": self.done_per_second,
             "failed_per_second": self.failed_per_second,
-            "wait_p50": self.wait_p50, "wait_p99": self.wait_p99,
         }  # fmt: skip
 
 
@@ -331,12 +314,17 @@ def _added(start: datetime, rows: Iterable[Minute]) -> Minute:
         dead, cancelled = dead + row.dead, cancelled + row.cancelled
         for index, n in row.waits.items():
             waits[index] = waits.get(index, 0) + n
-    return Minute(start, done, retried, dead, cancelled, waits)
+    return Minute(
+        start=start, done=done, retried=retried, dead=dead, cancelled=cancelled, waits=waits
+    )
 
 
 def _totals(seconds: float, rows: Sequence[Minute]) -> Totals:
     whole = _added(datetime.fromtimestamp(0, UTC), rows)
-    return Totals(seconds, whole.done, whole.retried, whole.dead, whole.cancelled, whole.waits)
+    return Totals(
+        seconds=seconds, done=whole.done, retried=whole.retried, dead=whole.dead,
+        cancelled=whole.cancelled, waits=whole.waits,
+    )  # fmt: skip
 
 
 def _minute(start: datetime, counters: Mapping[str, int]) -> Minute:
@@ -345,7 +333,7 @@ def _minute(start: datetime, counters: Mapping[str, int]) -> Minute:
     for stat, n in counters.items():
         if stat.startswith(WAIT) and stat[len(WAIT) :].isdigit():
             waits[int(stat[len(WAIT) :])] = n
-    return Minute(start, waits=waits, **stats)
+    return Minute(start=start, waits=waits, **stats)
 
 
 def summarize(counts: Mapping[int, Mapping[str, int]], *, minutes: int, now: float) -> Activity:

@@ -125,9 +125,7 @@ async def _describe_pause(app: App, form: Form) -> str:
 
 
 async def _run_pause(app: App, form: Form) -> str:
-    queue = _queue(app, form)
-    await queues.pause(app, queue)
-    return f"paused queue {queue}"
+    return await _switch(app, form, queues.pause, "paused")
 
 
 async def _describe_resume(app: App, form: Form) -> str:
@@ -135,9 +133,16 @@ async def _describe_resume(app: App, form: Form) -> str:
 
 
 async def _run_resume(app: App, form: Form) -> str:
+    return await _switch(app, form, queues.resume, "resumed")
+
+
+async def _switch(
+    app: App, form: Form, switch: Callable[[App, str], Awaitable[None]], done: str
+) -> str:
+    """Pause or resume the form's queue; what was done, for the page."""
     queue = _queue(app, form)
-    await queues.resume(app, queue)
-    return f"resumed queue {queue}"
+    await switch(app, queue)
+    return f"{done} queue {queue}"
 
 
 async def _describe_purge_queue(app: App, form: Form) -> str:

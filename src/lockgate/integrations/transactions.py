@@ -261,6 +261,16 @@ class _Server:
     failures: int = 0
     retry_at: float = 0.0
 
+    def close(self, what: str) -> None:
+        """Close the connection, if open; a failure to close is logged (DEBUG) as
+        closing ``what`` failed."""
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                logger.debug("closing %s failed", what, exc_info=True)
+            self.conn = None
+
 
 class CommitWatcher:
     """The thread that learns the outcome of psycopg transactions and sends their jobs.
@@ -384,12 +394,7 @@ class CommitWatcher:
 
     def _close_connections(self) -> None:
         for conninfo, server in list(self._servers.items()):
-            if server.conn is not None:
-                try:
-                    server.conn.close()
-                except Exception:
-                    logger.debug("closing the watcher's connection failed", exc_info=True)
-                server.conn = None
+            server.close("the watcher's connection")
             if not server.waiting:
                 del self._servers[conninfo]
 
@@ -511,12 +516,7 @@ class CommitWatcher:
         return statuses
 
     def _lost(self, server: _Server, error: Exception, waiting: int) -> None:
-        if server.conn is not None:
-            try:
-                server.conn.close()
-            except Exception:
-                logger.debug("closing a lost connection failed", exc_info=True)
-            server.conn = None
+        server.close("a lost connection")
         server.failures += 1
         delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (server.failures - 1))
         server.retry_at = time.monotonic() + delay
