@@ -477,6 +477,17 @@ def settle_sync(scripts: SyncScripts, url: str, calls: Sequence[ScriptCall]) -> 
     return translated_replies(replies, url)
 
 
+async def settle_async(scripts: AsyncScripts, url: str, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Apply settle calls through a worker's async client, one round trip.
+
+    Returns:
+        Per call, its reply or the lockgate error it met.
+    """
+    with translated(url):
+        replies = await scripts.run_each(calls)
+    return translated_replies(replies, url)
+
+
 def text(value: bytes | str) -> str:
     """A reply value as text (bytes that are not UTF-8 show as replacement characters)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -35,8 +35,8 @@ from lockgate.backend.broker import (
     decode_job,
     purged,
     read_claim_args,
+    settle_async,
     text,
-    translated_replies,
 )
 from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
@@ -296,9 +296,7 @@ class SortedConsumer:
         return ScriptCall("settle_sorted", keys, args)
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        with translated(self._url):
-            replies = await self._scripts.run_each(calls)
-        return translated_replies(replies, self._url)
+        return await settle_async(self._scripts, self._url, calls)
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         return None  # expired leases come back through read()

@@ -20,8 +20,8 @@ from lockgate.backend.broker import (
     Settlement,
     by_source,
     read_claim_args,
+    settle_async,
     text,
-    translated_replies,
 )
 from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
@@ -223,9 +223,7 @@ class StreamConsumer:
         return ScriptCall("settle_stream", keys, args)
 
     async def settle(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        with translated(self._url):
-            replies = await self._scripts.run_each(calls)
-        return translated_replies(replies, self._url)
+        return await settle_async(self._scripts, self._url, calls)
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         # Rotate the order so a stream with a steady trickle cannot hide another's.
