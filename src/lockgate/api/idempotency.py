@@ -476,6 +476,19 @@ class Claim:
                 raise self._done()
         return self
 
+    # sync
+
+    def __enter__(self) -> Claim:
+        return _run(self._entering())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _run(self._finishing(self._exit_action(exc_type)))
+
     def _exit_action(self, exc_type: type[BaseException] | None) -> str:
         # With PostgreSQL the row commits with the caller's transaction, after this exit;
         # marking done here could outlive a rollback. Release instead: a duplicate then
@@ -514,19 +527,6 @@ class Claim:
             job = running_job()
             if job is not None:  # a retry of this job must start before this marker expires
                 job.done_markers.append(time.time() + self.ttl)
-
-    # sync
-
-    def __enter__(self) -> Claim:
-        return _run(self._entering())
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _run(self._finishing(self._exit_action(exc_type)))
 
     # async
 
