@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import operator
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -26,6 +27,7 @@ from lockgate.api.task import Task
 from lockgate.core import codec
 from lockgate.core.context import JobContext, reset_current, set_current
 from lockgate.core.outcome import ErrorInfo, dead, decide
+from lockgate.core.sansio import drive, drive_async
 from lockgate.core.status import JobInfo, encode_result, final_status, moment
 from lockgate.errors import TaskNotFound
 
@@ -56,28 +58,22 @@ class EagerRuns:
                 return asyncio.run(self.run_async(job))
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 return pool.submit(asyncio.run, self.run_async(job)).result()
-        attempt, started = job, time.time()
-        while True:
-            token = set_current(self._context(task, attempt))
-            returned: Any = None
-            error: BaseException | None = None
-            try:
-                args, kwargs = self._arguments(task, attempt)
-                returned = task.fn(*args, **kwargs)
-            except Exception as e:
-                error = e
-            finally:
-                reset_current(token)
-            ended = self._next(task, attempt, error, returned, started)
-            if isinstance(ended, JobInfo):
-                return ended
-            attempt = ended
+        return drive(self._attempts(task, job), operator.call)
 
     async def run_async(self, job: codec.Job) -> JobInfo:
         """Run ``job`` to its end on the running loop (a sync task inline)."""
         task = self._task(job)
         if not task.is_async:
             return self.run(job)
+        return await drive_async(self._attempts(task, job), operator.call)
+
+    def _attempts(
+        self, task: Task[Any, Any], job: codec.Job
+    ) -> Generator[Callable[[], Any], Any, JobInfo]:
+        """The attempts of ``job`` until it ends, for the sync and async shells: each
+        yields the task's call, which the shell makes (and awaits, for an async task)
+        while the attempt's job context is current, and sends back what it returned (or
+        throws back what it raised)."""
         attempt, started = job, time.time()
         while True:
             token = set_current(self._context(task, attempt))
@@ -85,7 +81,7 @@ class EagerRuns:
             error: BaseException | None = None
             try:
                 args, kwargs = self._arguments(task, attempt)
-                returned = await task.fn(*args, **kwargs)
+                returned = yield functools.partial(task.fn, *args, **kwargs)
             except Exception as e:
                 error = e
             finally:

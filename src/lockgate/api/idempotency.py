@@ -15,15 +15,17 @@ Redis is consulted first as a cache, and a done marker is refilled from the data
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lockgate.backend.keys import Keys, check_key
 from lockgate.backend.lua import Arg, ScriptCall
@@ -31,9 +33,11 @@ from lockgate.backend.store import Store
 from lockgate.core.config import seconds
 from lockgate.core.context import JobContext, running_job
 from lockgate.core.logs import get_logger
+from lockgate.core.sansio import drive, drive_async
 from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
 
 log = get_logger(__name__)
+_T = TypeVar("_T")
 
 DEFAULT_TTL = 86_400.0
 DEFAULT_LEASE = 30.0
@@ -185,6 +189,25 @@ class LeaseKeeper:
             log.info("claim on %s: %s sent again after it failed (%s)", claim.key, done,
                      "applied" if kept else "already settled or taken over")  # fmt: skip
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Io:
+    """One round trip of a claim (a Redis call, the PostgreSQL row): how the sync shell
+    makes it, and how the async shell does."""
+
+    blocking: Callable[[], Any]
+    awaiting: Callable[[], Awaitable[Any]]
+
+
+def _run(steps: Generator[_Io, Any, _T]) -> _T:
+    """The sync shell of a claim's steps: each round trip made in this thread."""
+    return drive(steps, lambda io: io.blocking())
+
+
+async def _run_async(steps: Generator[_Io, Any, _T]) -> _T:
+    """The async shell of a claim's steps: each round trip awaited."""
+    return await drive_async(steps, lambda io: io.awaiting())
 
 
 class Claim:
@@ -349,16 +372,15 @@ class Claim:
         ]  # fmt: skip
         return ScriptCall("idem_claim", keys, args)
 
-    def _claiming(self) -> Generator[ScriptCall, Any, None]:
-        """The round trips of taking this claim, for the sync and async shells (which
-        send each call and send its reply back). A worker's claim whose lease lapsed is
-        taken over only once its holder is judged dead, and only while it is still the
-        claim that was judged.
+    def _claiming(self) -> Generator[_Io, Any, None]:
+        """The round trips of taking this claim (see :meth:`_entering`). A worker's claim
+        whose lease lapsed is taken over only once its holder is judged dead, and only
+        while it is still the claim that was judged.
 
         Raises:
             AlreadyProcessed, ClaimBusy: see :meth:`taken`.
         """
-        reply = yield self.claim_call()
+        reply = yield self._script(self.claim_call())
         for _ in range(JUDGE_ROUNDS):
             if reply[0] != LAPSED:
                 break
@@ -367,30 +389,19 @@ class Claim:
             if held is None:
                 break
             quiet, gap, consumer = int(held[1]), int(held[2]), held[3]
-            dead, wait_ms = yield self.app.store.judge_call(consumer, self._caller, quiet, gap)
+            judge = self.app.store.judge_call(consumer, self._caller, quiet, gap)
+            dead, wait_ms = yield self._script(judge)
             if not dead:
                 reply = [-1, wait_ms]
                 break
-            reply = yield self.claim_call(expect=value)
+            reply = yield self._script(self.claim_call(expect=value))
         self.taken(reply)
 
-    def _claim_sync(self) -> None:
-        steps = self._claiming()
-        call = next(steps)
-        while True:
-            try:
-                call = steps.send(self.app.store.run([call])[0])
-            except StopIteration:
-                return
-
-    async def _claim_async(self) -> None:
-        steps = self._claiming()
-        call = next(steps)
-        while True:
-            try:
-                call = steps.send(await self.app.store.run_soon(call))
-            except StopIteration:
-                return
+    def _script(self, call: ScriptCall) -> _Io:
+        """One script call of taking the claim; the async shell sends it in the round trip
+        of every call made in this turn of the event loop."""
+        store = self.app.store
+        return _Io(lambda: store.run([call])[0], functools.partial(store.run_soon, call))
 
     def _guard(self) -> None:
         job = running_job()
@@ -437,23 +448,38 @@ class Claim:
         self.taken([state, round(wait * 1000)])
         return self
 
+    def _entering(self) -> Generator[_Io, Any, Claim]:
+        """Entering, for the sync and async shells (:func:`_run`, :func:`_run_async`): the
+        claim in Redis, then the claim row in PostgreSQL when there is a connection.
+
+        Raises:
+            AlreadyProcessed: the key is done, in Redis or (its marker then refilled) in
+                PostgreSQL.
+            ClaimBusy: see :meth:`taken`.
+        """
+        self._guard()
+        if self.conn is not None:  # a missing extra raises before anything is claimed
+            from lockgate.integrations import postgres
+        yield from self._claiming()
+        if self.conn is not None:
+            row = (self.conn, self.key)
+            try:
+                first = yield _Io(
+                    functools.partial(postgres.claim, *row),
+                    functools.partial(postgres.claim_async, *row),
+                )
+            except BaseException:
+                yield from self._finishing("release")
+                raise
+            if not first:
+                yield from self._finishing("done")  # refill the cache from the source of truth
+                raise self._done()
+        return self
+
     # sync
 
     def __enter__(self) -> Claim:
-        self._guard()
-        if self.conn is not None:  # a missing extra raises before anything is claimed
-            from lockgate.integrations.postgres import claim as pg_claim
-        self._claim_sync()
-        if self.conn is not None:
-            try:
-                first = pg_claim(self.conn, self.key)
-            except BaseException:
-                self._finish("release")
-                raise
-            if not first:
-                self._finish("done")  # refill the cache from the source of truth
-                raise self._done()
-        return self
+        return _run(self._entering())
 
     def __exit__(
         self,
@@ -461,7 +487,7 @@ class Claim:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(self._exit_action(exc_type))
+        _run(self._finishing(self._exit_action(exc_type)))
 
     def _exit_action(self, exc_type: type[BaseException] | None) -> str:
         # With PostgreSQL the row commits with the caller's transaction, after this exit;
@@ -469,10 +495,19 @@ class Claim:
         # meets the row (or waits on its lock) and refills the marker.
         return "release" if exc_type is not None or self.conn is not None else "done"
 
-    def _finish(self, action: str) -> None:
+    def _finishing(self, action: str) -> Generator[_Io, Any, None]:
+        """Settling with ``action`` (see :meth:`_entering`); one that failed is left to
+        the lease keeper to send again.
+
+        Raises:
+            BrokerError: Redis refused, or could not be reached.
+        """
         self.app.lease_keeper.remove(self)
+        store, calls = self.app.store, [self.settle_call(action, self.ttl)]
         try:
-            (kept,) = self.app.store.run([self.settle_call(action, self.ttl)])
+            (kept,) = yield _Io(
+                functools.partial(store.run, calls), functools.partial(store.run_async, calls)
+            )
         except BrokerError:
             self.app.lease_keeper.settle_later(self, action)
             raise
@@ -496,20 +531,7 @@ class Claim:
     # async
 
     async def __aenter__(self) -> Claim:
-        self._guard()
-        if self.conn is not None:  # a missing extra raises before anything is claimed
-            from lockgate.integrations.postgres import claim_async as pg_claim_async
-        await self._claim_async()
-        if self.conn is not None:
-            try:
-                first = await pg_claim_async(self.conn, self.key)
-            except BaseException:
-                await self._afinish("release")
-                raise
-            if not first:
-                await self._afinish("done")
-                raise self._done()
-        return self
+        return await _run_async(self._entering())
 
     async def __aexit__(
         self,
@@ -517,16 +539,7 @@ class Claim:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._afinish(self._exit_action(exc_type))
-
-    async def _afinish(self, action: str) -> None:
-        self.app.lease_keeper.remove(self)
-        try:
-            (kept,) = await self.app.store.run_async([self.settle_call(action, self.ttl)])
-        except BrokerError:
-            self.app.lease_keeper.settle_later(self, action)
-            raise
-        self.settled(action, kept)
+        await _run_async(self._finishing(self._exit_action(exc_type)))
 
 
 def step_claim(app: ClaimHost, job: JobContext, name: str, ttl: float | timedelta | None) -> Claim:
