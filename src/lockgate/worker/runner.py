@@ -174,6 +174,7 @@ class JobRunner:
     ) -> None:
         self.app = app
         self.holder = holder
+        self._steps = functools.partial(step_claim, app)  # the runs' step claims
         self.config = config
         self.pool = pool
         self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
@@ -242,7 +243,7 @@ class JobRunner:
         context = JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
-            holder=self.holder, steps=functools.partial(step_claim, self.app),
+            holder=self.holder, steps=self._steps,
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)
