@@ -3,7 +3,7 @@
 A Store owns the App's connections (a sync client, one async client per event loop, or
 the worker's) to whatever the URL names (one server, a Redis Cluster, a Sentinel's
 primary) and makes every call lockgate sends about the namespace: enqueue, the worker's
-consumer, claims, counters, dead letters, stats. It alone knows the key names
+consumer, claims, counters, dead letters, stats, delayed jobs. It alone knows the key names
 (:mod:`lockgate.backend.keys`) and which backend (:mod:`lockgate.backend.stream_broker`,
 :mod:`lockgate.backend.sorted_broker`) lays out the jobs; the modules above it speak in jobs,
 letters and counts.
@@ -18,7 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lockgate.backend import partition_record
-from lockgate.backend.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
+from lockgate.backend.broker import (
+    Broker,
+    Consumer,
+    DelayedJob,
+    EnqueuePlan,
+    LevelStats,
+    ReadClaims,
+    soonest_first,
+    text,
+)
 from lockgate.backend.connections import (
     AsyncClient,
     SyncClient,
@@ -347,6 +356,20 @@ class Store:
         with translated(self.url):
             dead = sum([int(await client.xlen(keys.dead())) for keys in self.layout.parts])
         return rows, dead
+
+    async def delayed(self, queues: Sequence[str], limit: int) -> list[DelayedJob]:
+        """The delayed jobs of ``queues`` due soonest, at most ``limit``, soonest first
+        (each backend's :meth:`Broker.delayed`; reads only).
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        client, _ = await self.async_connection()
+        found: list[DelayedJob] = []
+        with translated(self.url):
+            for queue in queues:
+                found += await self.broker.delayed(client, queue, limit)
+        return soonest_first(found, limit)
 
     # claims and counters
 
