@@ -506,7 +506,7 @@ class Worker:
             if self._closing.is_set() or not running:
                 continue
             try:
-                flags = await self.app.store.cancel_requests([d.job_id for d in running])
+                flags = await self.app.store.jobs.cancel_requests([d.job_id for d in running])
             except AccessDenied as e:
                 log.warning("running jobs cannot be cancelled here: %s", e)
                 return
@@ -522,7 +522,7 @@ class Worker:
         if ending.outcome.kind != "retry" or delivery.job is None:
             return ending
         try:
-            take = await self.app.store.cancel_request(delivery.job_id)
+            take = await self.app.store.jobs.cancel_request(delivery.job_id)
         except LockgateError as e:  # the request is kept; the next run looks again
             log.debug("job %s: cancel request not read (%s)", delivery.job_id, e)
             return ending
