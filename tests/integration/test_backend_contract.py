@@ -9,6 +9,7 @@ itself: a dead reader's job comes back through ``reclaim`` or through ``read``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
@@ -180,6 +181,22 @@ async def test_dead_lettered_job_is_kept_with_its_reason(
         "doomed", "out of attempts", "ValueError",
     )  # fmt: skip
     assert app.store.dead.count() == 1
+
+
+async def test_delayed_jobs_are_listed_soonest_first_up_to_the_limit(app: App) -> None:
+    work = app.tasks["work"]
+    for n, (delay, level) in enumerate([(300, "low"), (100, "critical"), (200, "normal")]):
+        await work.enqueue_async(n, job_id=f"later-{n}", delay=delay, priority=level)
+    await work.enqueue_async(9, job_id="now")
+    listed = await app.store.delayed(["default"], 10)
+    assert [(job.id, job.level) for job in listed] == [
+        ("later-1", "critical"), ("later-2", "normal"), ("later-0", "low"),
+    ]  # fmt: skip
+    assert {(job.task, job.queue, job.attempt) for job in listed} == {("work", "default", 1)}
+    assert abs(listed[0].due_at - (time.time() + 100)) < 5
+    assert all(job.enqueued_at is not None for job in listed)
+    assert [job.id for job in await app.store.delayed(["default"], 2)] == ["later-1", "later-2"]
+    assert await app.store.delayed(["elsewhere"], 10) == []
 
 
 async def test_a_dead_readers_job_goes_to_another_and_the_first_cannot_settle_it(

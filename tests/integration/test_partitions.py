@@ -18,6 +18,7 @@ from lockgate.backend.connections import AsyncClient, async_client
 from lockgate.backend.partitions import partition_of
 from lockgate.integrations.embedded import EmbeddedServer
 from lockgate.ops import deadletter, queues
+from lockgate.ops.delayed import delayed_jobs
 
 PARTITIONS = 4
 
@@ -123,6 +124,25 @@ async def test_dead_letters_status_results_and_cancel_across_partitions(
     assert deadletter.count_dead(app) == 7
     assert deadletter.show_dead(app, letters[0].id) is None
     assert deadletter.purge(app) == 7 and deadletter.count_dead(app) == 0
+
+
+async def test_delayed_jobs_of_every_partition_are_listed_soonest_first(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions=PARTITIONS, levels={"high": 5, "low": 1})
+
+    @app.task
+    async def later(n: int) -> None: ...
+
+    delays = {f"later-{n}": 100 + (7 * n) % 12 for n in range(12)}  # due in a shuffled order
+    levels = {job_id: ("high", "low")[n % 2] for n, job_id in enumerate(delays)}
+    for n, job_id in enumerate(delays):
+        await later.enqueue_async(n, job_id=job_id, delay=delays[job_id], priority=levels[job_id])
+    assert len({partition_of(job_id, PARTITIONS) for job_id in delays}) > 1
+    soonest = sorted(delays, key=delays.__getitem__)
+    listed = await delayed_jobs(app)
+    assert [(job.id, job.level) for job in listed] == [(i, levels[i]) for i in soonest]
+    assert [job.id for job in await delayed_jobs(app, limit=5)] == soonest[:5]
 
 
 async def test_pause_holds_every_partition_and_resume_wakes_an_idle_worker(

@@ -86,8 +86,8 @@ async def test_a_worker_that_never_left_drops_out_when_its_entry_expires(
 ) -> None:
     app = make_app()
     killed, alive = entry("killed-1"), entry("alive-1")
-    await app.store.heartbeat_worker(killed, 0.3, {})  # its last heartbeat, short-lived
-    await app.store.heartbeat_worker(alive, 30, {})
+    await app.store.registry.heartbeat_worker(killed, 0.3, {})  # its last heartbeat, short-lived
+    await app.store.registry.heartbeat_worker(alive, 30, {})
     assert await names(app) == ["alive-1", "killed-1"]
 
     async def expired() -> bool:
@@ -96,7 +96,7 @@ async def test_a_worker_that_never_left_drops_out_when_its_entry_expires(
     await wait_until(expired, timeout=5, message="the killed worker's entry expired")
     # The index forgets names long past their expiry at the next heartbeat of any worker.
     rclient.zadd(app.keys.workers(), {"gone-long-ago": time.time() - SWEEP_AFTER - 1})
-    await app.store.heartbeat_worker(alive, 30, {})
+    await app.store.registry.heartbeat_worker(alive, 30, {})
     assert rclient.zscore(app.keys.workers(), "gone-long-ago") is None
 
 
@@ -114,7 +114,7 @@ async def test_a_heartbeat_is_on_the_server_clock_whatever_the_worker_says(
         last_heartbeat=datetime.fromtimestamp(fast, UTC),
     )  # fmt: skip
     counts = {minute_of(fast): {counter_name("done", "default", "normal"): 2}}
-    assert await app.store.heartbeat_worker(info, 30, counts) == {}
+    assert await app.store.registry.heartbeat_worker(info, 30, counts) == {}
     (shown,) = await live_workers(app)
     server = float(rclient.time()[0])
     assert abs(shown.last_heartbeat.timestamp() - server) < 2
@@ -133,12 +133,12 @@ async def test_counts_whose_minute_was_guessed_wrong_are_placed_at_the_second_tr
     app = make_app()
     now = time.time()
     counts = {minute_of(now): {counter_name("done", "default", "normal"): 3}}
-    app.store._clock_offset = 600.0
-    assert await app.store.heartbeat_worker(entry("jumped-1"), 30, counts) == {}
-    assert abs(app.store._clock_offset) < 5
+    app.store.registry._clock_offset = 600.0
+    assert await app.store.registry.heartbeat_worker(entry("jumped-1"), 30, counts) == {}
+    assert abs(app.store.registry._clock_offset) < 5
     assert (await activity(app, minutes=2)).of("default", "normal").totals.done == 3
-    app.store._clock_offset = -600.0
-    left = await app.store.remove_worker(
+    app.store.registry._clock_offset = -600.0
+    left = await app.store.registry.remove_worker(
         "jumped-1", {minute_of(time.time()): {"done:normal:default": 1}}
     )
     assert left == {}
@@ -152,7 +152,7 @@ async def test_an_entry_that_is_not_one_is_skipped(
     app = make_app()
     rclient.zadd(app.keys.workers(), {"odd": time.time() + 30})
     rclient.set(app.keys.worker("odd"), b"not json", px=30_000)
-    await app.store.heartbeat_worker(entry("fine"), 30, {})
+    await app.store.registry.heartbeat_worker(entry("fine"), 30, {})
     assert await names(app) == ["fine"]
 
 
@@ -220,7 +220,7 @@ def test_stats_shows_live_workers_only_and_what_ran(
             # Two workers on other hosts are live and serve the queue, one serves another.
             for name, queues in (("live-1", ("default",)), ("live-2", ("elsewhere",)),
                                  ("live-3", ("elsewhere", "default"))):  # fmt: skip
-                await app.store.heartbeat_worker(entry(name, queues), 30, {})
+                await app.store.registry.heartbeat_worker(entry(name, queues), 30, {})
         finally:
             await app.aclose()
 

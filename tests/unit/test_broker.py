@@ -10,14 +10,21 @@ import redis.asyncio as aioredis
 
 from lockgate import BrokerError, ConfigError, ConnectionFailed, ScriptError
 from lockgate.backend.addresses import masked
-from lockgate.backend.broker import EnqueuePlan, Outgoing, batches
+from lockgate.backend.broker import (
+    DelayedJob,
+    EnqueuePlan,
+    Outgoing,
+    batches,
+    delayed_job,
+    soonest_first,
+)
 from lockgate.backend.connections import async_client, sync_client
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import Keys
 from lockgate.backend.partitions import Layout
 from lockgate.backend.sorted_broker import SortedBroker
 from lockgate.backend.stream_broker import StreamBroker
-from lockgate.core.codec import Job
+from lockgate.core.codec import Job, encode
 from lockgate.core.config import Levels
 from lockgate.core.policy import reconnect_delay
 
@@ -253,6 +260,27 @@ def test_sorted_plan_groups_jobs_by_queue_with_five_values_each() -> None:
     ]  # fmt: skip
     assert list(r_call.args) == ["b", 1_000_000, b"data-b", 0, 0]
     assert r_call.keys[0] == keys.sorted_waiting("r")
+
+
+def test_a_delayed_job_is_decoded_or_listed_by_where_it_waits() -> None:
+    job = Job(id="a", task="t", queue="q", level="low", attempt=2, enqueued=1_000.5)
+    assert delayed_job(encode(job), 2_000_250, "q", "low") == DelayedJob(
+        "a", "t", "q", "low", 2, 2_000.25, 1_000.5
+    )
+    assert delayed_job(encode(job), 1, "q", "*", "a").enqueued_at == 1_000.5
+    assert delayed_job(b"\xff not a job", 3_000, "q", "low") == DelayedJob(
+        "?", "", "q", "low", 0, 3.0, None
+    )
+    assert delayed_job("{}", 3_000, "q", "*", "b") == DelayedJob("b", "", "q", "*", 0, 3.0, None)
+    unstamped = Job(id="c", task="t", queue="q", level="low")
+    assert delayed_job(encode(unstamped), 0, "q", "low").enqueued_at is None
+
+
+def test_soonest_first_sorts_by_due_time_keeping_ties_in_order_and_cuts() -> None:
+    jobs = [DelayedJob(name, "t", "q", "low", 1, due, None) for name, due in
+            [("late", 9.0), ("tie-1", 5.0), ("early", 1.0), ("tie-2", 5.0)]]  # fmt: skip
+    assert [job.id for job in soonest_first(jobs, 3)] == ["early", "tie-1", "tie-2"]
+    assert soonest_first([], 3) == []
 
 
 def test_reconnect_delay_backs_off_to_a_cap() -> None:

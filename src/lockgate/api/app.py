@@ -524,13 +524,13 @@ class App:
         """
         if self._eager is not None and job_id in self._eager.jobs:
             return self._eager.jobs[job_id]
-        return job_info(job_id, self.store.job_status(job_id), self._returns)
+        return job_info(job_id, self.store.jobs.status(job_id), self._returns)
 
     async def job_async(self, job_id: str) -> JobInfo:
         """Async [job][lockgate.App.job]."""
         if self._eager is not None and job_id in self._eager.jobs:
             return self._eager.jobs[job_id]
-        return job_info(job_id, await self.store.job_status_async(job_id), self._returns)
+        return job_info(job_id, await self.store.jobs.status_async(job_id), self._returns)
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job.
@@ -549,11 +549,12 @@ class App:
         Raises:
             ConnectionFailed: Redis cannot be reached.
         """
-        return self.store.cancel(job_id, *self._cancel_record(job_id)) == "cancelled"
+        return self.store.jobs.cancel(job_id, *self._cancel_record(job_id)) == "cancelled"
 
     async def cancel_async(self, job_id: str) -> bool:
         """Async [cancel][lockgate.App.cancel]."""
-        return await self.store.cancel_async(job_id, *self._cancel_record(job_id)) == "cancelled"
+        ended = await self.store.jobs.cancel_async(job_id, *self._cancel_record(job_id))
+        return ended == "cancelled"
 
     def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any:
         """Wait for a job to end and return its result (see

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from lockgate.backend import faults
 from lockgate.backend.addresses import masked
@@ -309,6 +309,29 @@ class LevelStats:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class DelayedJob:
+    """One delayed job.
+
+    Attributes:
+        id: the job's id.
+        task: its task ("" when the stored job cannot be decoded).
+        queue: its queue.
+        level: its level (``*`` on the sorted backend when the job cannot be decoded).
+        attempt: the attempt it will run as.
+        due_at: when it becomes due (Unix time, the server's clock).
+        enqueued_at: when it was first enqueued (Unix time, the producer's clock), or None.
+    """
+
+    id: str
+    task: str
+    queue: str
+    level: str
+    attempt: int
+    due_at: float
+    enqueued_at: float | None
+
+
 class Broker(Protocol):
     """One backend's layout of jobs in Redis: pure builders of the calls that enqueue and
     count jobs, and the consumer a worker reads with. Both backends keep this contract
@@ -355,6 +378,10 @@ class Broker(Protocol):
     ) -> int:
         """Delete the waiting jobs of ``queue`` on ``levels`` (``task``'s only, unless
         None) and free their ids, at most ``chunk`` per script call; how many went."""
+
+    async def delayed(self, client: AsyncClient, queue: str, limit: int) -> list[DelayedJob]:
+        """The delayed jobs of ``queue`` due soonest, at most ``limit``, soonest first
+        (reads only: a job that becomes due meanwhile is missing or still listed)."""
 
 
 class Consumer(Protocol):
@@ -433,6 +460,31 @@ def decode_job(data: bytes | None) -> Job | None:
         return codec.decode(data)
     except SerializationError:
         return None
+
+
+async def soonest(client: AsyncClient, key: str, limit: int) -> list[tuple[bytes, float]]:
+    """The first ``limit`` members of a sorted set of due times (server ms), with them."""
+    pairs = await client.zrange(key, 0, limit - 1, withscores=True)
+    return [(member, float(score)) for member, score in cast(list[tuple[bytes, Any]], pairs)]
+
+
+def delayed_job(
+    data: bytes | str, due_ms: float, queue: str, level: str, job_id: str = "?"
+) -> DelayedJob:
+    """A stored delayed job due at ``due_ms`` (pure); one that cannot be decoded is
+    listed by where it waits (``queue``, ``level``) and ``job_id``."""
+    try:
+        job = codec.decode(data)
+    except SerializationError:
+        return DelayedJob(job_id, "", queue, level, 0, due_ms / 1000, None)
+    return DelayedJob(
+        job.id, job.task, job.queue, job.level, job.attempt, due_ms / 1000, job.enqueued or None
+    )
+
+
+def soonest_first(jobs: Sequence[DelayedJob], limit: int) -> list[DelayedJob]:
+    """The ``limit`` delayed jobs due soonest, soonest first (pure; ties keep their order)."""
+    return sorted(jobs, key=lambda job: job.due_at)[:limit]
 
 
 def purged(job: Job | None, task: str | None, levels: Sequence[str] | None = None) -> bool:

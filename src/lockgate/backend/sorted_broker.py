@@ -21,6 +21,7 @@ from redis.typing import KeyT, StreamIdT
 
 from lockgate.backend.broker import (
     NOT_CLAIMED,
+    DelayedJob,
     Delivery,
     EnqueuePlan,
     LevelStats,
@@ -33,9 +34,11 @@ from lockgate.backend.broker import (
     batches,
     by_source,
     decode_job,
+    delayed_job,
     purged,
     read_claim_args,
     settle_async,
+    soonest,
     text,
 )
 from lockgate.backend.connections import AsyncClient, block_ms
@@ -170,6 +173,24 @@ class SortedBroker:
                 low = top
             if len(page) < want:
                 return deleted
+
+    async def delayed(self, client: AsyncClient, queue: str, limit: int) -> list[DelayedJob]:
+        # One delayed set per queue, holding ids whose jobs are in the queue's payloads.
+        q = self._keys.sorted_keys(queue)
+        due = await soonest(client, q.delayed, limit)
+        if not due:
+            return []
+        # HGETs, not one HMGET: HGET is on the README's ACL list, so the dashboard may
+        # run as the workers' user (one key: one node, one trip).
+        async with client.pipeline(transaction=False) as pipe:
+            for member, _ in due:
+                pipe.hget(q.payloads, member)
+            payloads: list[Any] = await pipe.execute()
+        return [
+            delayed_job(data, due_ms, queue, "*", text(member))
+            for (member, due_ms), data in zip(due, payloads, strict=True)
+            if data is not None
+        ]
 
     async def _purge(
         self, scripts: AsyncScripts, q: SortedKeys, job_ids: list[str], chunk: int

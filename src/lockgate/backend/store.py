@@ -3,7 +3,11 @@
 A Store owns the App's connections (a sync client, one async client per event loop, or
 the worker's) to whatever the URL names (one server, a Redis Cluster, a Sentinel's
 primary) and makes every call lockgate sends about the namespace: enqueue, the worker's
-consumer, claims, counters, dead letters, stats. It alone knows the key names
+consumer, claims, counters, stats, delayed jobs. Its parts make the calls of one role
+each: ``store.dead`` the dead letters' (:mod:`lockgate.backend.dead_store`),
+``store.jobs`` one job's status and cancellation (:mod:`lockgate.backend.job_store`),
+``store.registry`` the worker registry's and the activity counts'
+(:mod:`lockgate.backend.registry_store`). It alone knows the key names
 (:mod:`lockgate.backend.keys`) and which backend (:mod:`lockgate.backend.stream_broker`,
 :mod:`lockgate.backend.sorted_broker`) lays out the jobs; the modules above it speak in jobs,
 letters and counts.
@@ -13,12 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lockgate.backend import partition_record
-from lockgate.backend.broker import Broker, Consumer, EnqueuePlan, LevelStats, ReadClaims, text
+from lockgate.backend.broker import (
+    Broker,
+    Consumer,
+    DelayedJob,
+    EnqueuePlan,
+    LevelStats,
+    ReadClaims,
+    soonest_first,
+    text,
+)
 from lockgate.backend.connections import (
     AsyncClient,
     SyncClient,
@@ -29,24 +41,19 @@ from lockgate.backend.connections import (
 )
 from lockgate.backend.dead_store import PURGE_CHUNK, DeadLetters
 from lockgate.backend.faults import translated
-from lockgate.backend.keys import GROUP
+from lockgate.backend.job_store import Jobs
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.backend.partitioned import WAKEUPS_MAX, wakeup_call
-from lockgate.backend.partitions import Layout, partition_of
-from lockgate.backend.registry import WorkerInfo, decode, heartbeat_call, leave_call, placed
+from lockgate.backend.partitions import Layout
+from lockgate.backend.registry_store import RegistryStore
 from lockgate.backend.sorted_broker import SortedBroker
 from lockgate.backend.stream_broker import StreamBroker
-from lockgate.core.activity import Batch, Counts, batches
 from lockgate.core.config import Backend, Levels
 from lockgate.core.logs import get_logger
 from lockgate.core.ratelimit import Rate
 from lockgate.errors import ConfigError, LockgateError
 
-# A running job's cancel flag names its take, so a stale one never reaches a later run of
-# the id; an hour covers a worker that looks late (it looks every fraction of a second).
-CANCEL_FLAG_MS = 3_600_000
 log = get_logger(__name__)
-MOVED = "moved"  # a job's marker changed between the read and the script: read again
 
 
 def _wakeup_failed(error: LockgateError) -> None:
@@ -92,6 +99,8 @@ class Store:
             else SortedBroker(self.keys, levels, aging_seconds)
         )
         self.dead = DeadLetters(self)
+        self.jobs = Jobs(self)
+        self.registry = RegistryStore(self)
         # Whether Redis agreed with this App's partition count (once, before the first
         # script call or a worker's start).
         self._partitions_checked = False
@@ -99,9 +108,6 @@ class Store:
         self._lock = threading.Lock()
         self._sync: tuple[SyncClient, SyncScripts] | None = None
         self._async: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, AsyncScripts]] = {}
-        # The server's clock less this host's (s), as last seen: the registry's guess of
-        # the server's minute for activity counts (see lockgate.worker.activity).
-        self._clock_offset = 0.0
 
     # connections
 
@@ -348,6 +354,20 @@ class Store:
             dead = sum([int(await client.xlen(keys.dead())) for keys in self.layout.parts])
         return rows, dead
 
+    async def delayed(self, queues: Sequence[str], limit: int) -> list[DelayedJob]:
+        """The delayed jobs of ``queues`` due soonest, at most ``limit``, soonest first
+        (each backend's :meth:`Broker.delayed`; reads only).
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        client, _ = await self.async_connection()
+        found: list[DelayedJob] = []
+        with translated(self.url):
+            for queue in queues:
+                found += await self.broker.delayed(client, queue, limit)
+        return soonest_first(found, limit)
+
     # claims and counters
 
     def claim_place(
@@ -375,94 +395,6 @@ class Store:
         call = ScriptCall("incr_once", [guard, counter, older], args)
         counted, value = self.run([call])[0]
         return bool(counted), int(value)
-
-    # status, results, cancellation
-
-    # Each reads the job's marker, then calls its script with the keys of the place the
-    # marker names (every key a script touches arrives in KEYS); the script checks the
-    # marker did not change meanwhile, else the two steps run again.
-
-    def _status_call(self, job_id: str, placed: str) -> ScriptCall:
-        keys = self.layout.for_job(job_id)
-        names = [keys.job(job_id), keys.result(job_id), keys.status(job_id)]
-        return ScriptCall("job_status", [*names, *keys.place_keys(placed)], [GROUP, placed, job_id])
-
-    def _cancel_call(
-        self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
-    ) -> ScriptCall:
-        keys = self.layout.for_job(job_id)
-        names = [keys.job(job_id), keys.cancel_flag(job_id), keys.status(job_id)]
-        args: list[Arg] = [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id]
-        return ScriptCall("cancel_job", [*names, *keys.place_keys(placed)], args)
-
-    def _marker(self, job_id: str) -> str:
-        client, _ = self.sync_connection()
-        with translated(self.url):
-            placed = client.get(self.layout.for_job(job_id).job(job_id))
-        return text(placed) if placed is not None else ""
-
-    async def _marker_async(self, job_id: str) -> str:
-        client, _ = await self.async_connection()
-        with translated(self.url):
-            placed = await client.get(self.layout.for_job(job_id).job(job_id))
-        return text(placed) if placed is not None else ""
-
-    def job_status(self, job_id: str) -> list[Any]:
-        """Where job ``job_id`` is, and its final and result records (see
-        ``lua/job_status.lua``)."""
-        while True:
-            (reply,) = self.run([self._status_call(job_id, self._marker(job_id))])
-            if text(reply[0]) != MOVED:
-                return list(reply)
-
-    async def job_status_async(self, job_id: str) -> list[Any]:
-        """Async :meth:`job_status`."""
-        while True:
-            placed = await self._marker_async(job_id)
-            (reply,) = await self.run_async([self._status_call(job_id, placed)])
-            if text(reply[0]) != MOVED:
-                return list(reply)
-
-    def cancel(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
-        """Cancel job ``job_id``: ``cancelled`` (removed; ``record`` kept as its final
-        record), ``running`` (its worker is told) or ``gone`` (see
-        ``lua/cancel_job.lua``)."""
-        while True:
-            call = self._cancel_call(job_id, self._marker(job_id), record, record_ttl_ms)
-            if (answer := text(self.run([call])[0])) != MOVED:
-                return answer
-
-    async def cancel_async(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
-        """Async :meth:`cancel`."""
-        while True:
-            placed = await self._marker_async(job_id)
-            call = self._cancel_call(job_id, placed, record, record_ttl_ms)
-            if (answer := text((await self.run_async([call]))[0])) != MOVED:
-                return answer
-
-    async def cancel_requests(self, job_ids: Sequence[str]) -> list[str]:
-        """The cancel flags of running jobs, in one read: per job, the take it names, ""
-        when none."""
-        # One call per partition (a script's keys share one slot), in one round trip.
-        groups: dict[int, list[int]] = {}
-        for position, job_id in enumerate(job_ids):
-            groups.setdefault(partition_of(job_id, self.layout.partitions), []).append(position)
-        calls = [
-            ScriptCall(
-                "cancel_flags",
-                [self.layout.parts[part].cancel_flag(job_ids[i]) for i in positions], [],
-            )
-            for part, positions in groups.items()
-        ]  # fmt: skip
-        found = [""] * len(job_ids)
-        for positions, values in zip(groups.values(), await self.run_async(calls), strict=True):
-            for position, value in zip(positions, values, strict=True):
-                found[position] = text(value)
-        return found
-
-    async def cancel_request(self, job_id: str) -> str:
-        """The cancel flag of one job: the take it names, "" when none."""
-        return (await self.cancel_requests([job_id]))[0]
 
     def counter(self, name: str) -> int:
         """Counter ``name``'s value (0 when never counted)."""
@@ -535,102 +467,6 @@ class Store:
             return await self.broker.purge_waiting(
                 client, scripts, queue, levels=levels, task=task, chunk=chunk
             )
-
-    # the worker registry and activity counts (see lockgate.worker.registry and .activity)
-
-    async def heartbeat_worker(
-        self, info: WorkerInfo, expires: float, counts: Mapping[int, Mapping[str, int]]
-    ) -> Counts:
-        """Refresh worker ``info.name``'s registry entry, to expire in ``expires`` seconds,
-        and add its activity counts (per minute of its clock, counter name -> amount), on
-        the server's clock (see :meth:`_registry_call`).
-
-        Returns:
-            The counts not added: to send with the next heartbeat.
-
-        Raises:
-            BrokerError: Redis refused a command or could not be reached.
-        """
-        client, scripts = await self.async_connection()
-        await self.check_partitions_async(client)  # put off by a busy server at the start
-        return await self._registry_call(
-            scripts, counts, lambda sent: heartbeat_call(self.keys, info, expires, sent)
-        )
-
-    async def remove_worker(self, name: str, counts: Mapping[int, Mapping[str, int]]) -> Counts:
-        """Remove worker ``name`` from the registry (a clean stop) and add its last
-        activity counts (see :meth:`_registry_call`).
-
-        Returns:
-            The counts not added (lost).
-
-        Raises:
-            BrokerError: Redis refused a command or could not be reached.
-        """
-        _, scripts = await self.async_connection()
-        return await self._registry_call(
-            scripts, counts, lambda sent: leave_call(self.keys, name, sent)
-        )
-
-    async def _registry_call(
-        self,
-        scripts: AsyncScripts,
-        counts: Mapping[int, Mapping[str, int]],
-        call: Callable[[list[Batch]], ScriptCall],
-    ) -> Counts:
-        """Run a registry script with ``counts``, their minutes guessed with the last
-        offset seen between the clocks: one round trip, and one more with the counts it
-        could not place (the guess was off: the first call, or a clock that moved)."""
-        left = {minute: dict(counters) for minute, counters in counts.items()}
-        for _ in range(2):
-            sent = time.time()
-            sending = batches(left, sent, self._clock_offset)
-            with translated(self.url):
-                reply = await scripts.run(call(sending))
-            now_ms, left = placed(reply, sending)
-            self._clock_offset = now_ms / 1000 - (sent + time.time()) / 2
-            if not left:
-                break
-        return left
-
-    async def server_time(self) -> float:
-        """The server's clock: Unix seconds (the node that keeps the registry).
-
-        Raises:
-            BrokerError: Redis refused the call or could not be reached.
-        """
-        _, scripts = await self.async_connection()
-        sent = time.time()
-        with translated(self.url):
-            now_ms = int(await scripts.run(ScriptCall("server_time", [self.keys.workers()], [])))
-        self._clock_offset = now_ms / 1000 - (sent + time.time()) / 2
-        return now_ms / 1000
-
-    async def live_workers(self) -> list[WorkerInfo]:
-        """The workers whose registry entry has not expired (two reads, no write)."""
-        client, _ = await self.async_connection()
-        with translated(self.url):
-            replied = await client.zrange(self.keys.workers(), 0, -1)
-            names = [name for name in replied if isinstance(name, bytes | str)]
-            if not names:
-                return []
-            async with client.pipeline(transaction=False) as pipe:
-                for name in names:
-                    pipe.get(self.keys.worker(text(name)))
-                values = await pipe.execute()
-        found = [decode(value) for value in values if value is not None]
-        return [info for info in found if info is not None]
-
-    async def activity_counts(self, minutes: Sequence[int]) -> list[dict[str, int]]:
-        """The activity counts of each of ``minutes`` (Unix time // 60), in one round
-        trip: counter name -> amount (empty for a minute nothing was counted in)."""
-        client, _ = await self.async_connection()
-        with translated(self.url):
-            async with client.pipeline(transaction=False) as pipe:
-                for minute in minutes:
-                    pipe.zrange(self.keys.activity(minute), 0, -1, withscores=True)
-                replies = await pipe.execute()
-        return [{text(name): round(score) for name, score in rows} for rows in replies]
 
     def shared_secret(self, key: str, candidate: bytes) -> bytes:
         """The secret kept at ``key``: ``candidate``, written by the first caller (SET NX

@@ -14,6 +14,7 @@ from typing import Any
 
 from lockgate.backend.broker import (
     Consumer,
+    DelayedJob,
     EnqueuePlan,
     LevelStats,
     Liveness,
@@ -21,7 +22,10 @@ from lockgate.backend.broker import (
     ReadClaims,
     batches,
     decode_job,
+    delayed_job,
     purged,
+    soonest,
+    soonest_first,
     text,
 )
 from lockgate.backend.connections import AsyncClient
@@ -129,6 +133,15 @@ class StreamBroker:
                 deleted += await _purge_stream(client, scripts, keys, keys.stream(queue, level),
                                                task, chunk)  # fmt: skip
         return deleted
+
+    async def delayed(self, client: AsyncClient, queue: str, limit: int) -> list[DelayedJob]:
+        # A delayed set per partition and level, holding the encoded jobs.
+        found: list[DelayedJob] = []
+        for keys in self._layout.parts:
+            for level in self._levels.names:
+                entries = await soonest(client, keys.delayed(queue, level), limit)
+                found += [delayed_job(data, due_ms, queue, level) for data, due_ms in entries]
+        return soonest_first(found, limit)
 
 
 def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:

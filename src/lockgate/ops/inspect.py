@@ -56,7 +56,7 @@ async def live_workers(app: App) -> list[WorkerInfo]:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    return sorted(await app.store.live_workers(), key=lambda info: info.name)
+    return sorted(await app.store.registry.live_workers(), key=lambda info: info.name)
 
 
 async def activity(app: App, minutes: int = RECENT_MINUTES) -> Activity:
@@ -73,10 +73,10 @@ async def activity(app: App, minutes: int = RECENT_MINUTES) -> Activity:
     """
     if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 < minutes <= KEEP_MINUTES:
         raise ConfigError(f"minutes must be a whole number from 1 to {KEEP_MINUTES}: {minutes!r}")
-    now = await app.store.server_time()  # the clock the counts were placed by
+    now = await app.store.registry.server_time()  # the clock the counts were placed by
     last = minute_of(now)
     window = list(range(last - minutes + 1, last + 1))
-    counts = await app.store.activity_counts(window)
+    counts = await app.store.registry.activity_counts(window)
     return summarize(dict(zip(window, counts, strict=True)), minutes=minutes, now=now)
 
 

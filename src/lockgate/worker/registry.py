@@ -105,7 +105,7 @@ class Registry:
         """
         counts = self.recorder.take()
         try:
-            left = await self._app.store.heartbeat_worker(
+            left = await self._app.store.registry.heartbeat_worker(
                 self.info(time.time()), EXPIRES_AFTER, counts
             )
         except BaseException:
@@ -130,7 +130,7 @@ class Registry:
     async def _last_flush(self) -> None:
         counts = self.recorder.take()
         try:
-            left = await self._app.store.remove_worker(self._name, counts)
+            left = await self._app.store.registry.remove_worker(self._name, counts)
             if left:
                 log.warning("worker %s: %d activity counts are lost (its clock moved)",
                             self._name, sum(len(c) for c in left.values()))  # fmt: skip

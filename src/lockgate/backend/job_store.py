@@ -1,0 +1,133 @@
+"""A job's status, result and cancellation: the store's calls about one job by its id.
+
+Each reads the job's marker, then calls its script with the keys of the place the
+marker names (every key a script touches arrives in KEYS); the script checks the marker
+did not change meanwhile (it answers :data:`MOVED`), else the two steps run again. The
+cancel flags a worker reads for its running jobs are here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from lockgate.backend.broker import text
+from lockgate.backend.connections import AsyncClient, SyncClient
+from lockgate.backend.faults import translated
+from lockgate.backend.keys import GROUP
+from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
+from lockgate.backend.partitions import Layout, partition_of
+
+# A running job's cancel flag names its take, so a stale one never reaches a later run of
+# the id; an hour covers a worker that looks late (it looks every fraction of a second).
+CANCEL_FLAG_MS = 3_600_000
+MOVED = "moved"  # a job's marker changed between the read and the script: read again
+
+
+class JobHost(Protocol):
+    """What the job calls use of their store (:class:`lockgate.backend.store.Store`)."""
+
+    url: str
+    layout: Layout
+
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]: ...
+
+    async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]: ...
+
+    def run(
+        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
+    ) -> list[Any]: ...
+
+    async def run_async(
+        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
+    ) -> list[Any]: ...
+
+
+class Jobs:
+    """The calls of one store about single jobs: status, cancellation, cancel flags."""
+
+    def __init__(self, store: JobHost) -> None:
+        self._store = store
+
+    def _status_call(self, job_id: str, placed: str) -> ScriptCall:
+        keys = self._store.layout.for_job(job_id)
+        names = [keys.job(job_id), keys.result(job_id), keys.status(job_id)]
+        return ScriptCall("job_status", [*names, *keys.place_keys(placed)], [GROUP, placed, job_id])
+
+    def _cancel_call(
+        self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
+    ) -> ScriptCall:
+        keys = self._store.layout.for_job(job_id)
+        names = [keys.job(job_id), keys.cancel_flag(job_id), keys.status(job_id)]
+        args: list[Arg] = [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id]
+        return ScriptCall("cancel_job", [*names, *keys.place_keys(placed)], args)
+
+    def _marker(self, job_id: str) -> str:
+        client, _ = self._store.sync_connection()
+        with translated(self._store.url):
+            placed = client.get(self._store.layout.for_job(job_id).job(job_id))
+        return text(placed) if placed is not None else ""
+
+    async def _marker_async(self, job_id: str) -> str:
+        client, _ = await self._store.async_connection()
+        with translated(self._store.url):
+            placed = await client.get(self._store.layout.for_job(job_id).job(job_id))
+        return text(placed) if placed is not None else ""
+
+    def status(self, job_id: str) -> list[Any]:
+        """Where job ``job_id`` is, and its final and result records (see
+        ``lua/job_status.lua``)."""
+        while True:
+            (reply,) = self._store.run([self._status_call(job_id, self._marker(job_id))])
+            if text(reply[0]) != MOVED:
+                return list(reply)
+
+    async def status_async(self, job_id: str) -> list[Any]:
+        """Async :meth:`status`."""
+        while True:
+            placed = await self._marker_async(job_id)
+            (reply,) = await self._store.run_async([self._status_call(job_id, placed)])
+            if text(reply[0]) != MOVED:
+                return list(reply)
+
+    def cancel(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
+        """Cancel job ``job_id``: ``cancelled`` (removed; ``record`` kept as its final
+        record), ``running`` (its worker is told) or ``gone`` (see
+        ``lua/cancel_job.lua``)."""
+        while True:
+            call = self._cancel_call(job_id, self._marker(job_id), record, record_ttl_ms)
+            if (answer := text(self._store.run([call])[0])) != MOVED:
+                return answer
+
+    async def cancel_async(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
+        """Async :meth:`cancel`."""
+        while True:
+            placed = await self._marker_async(job_id)
+            call = self._cancel_call(job_id, placed, record, record_ttl_ms)
+            if (answer := text((await self._store.run_async([call]))[0])) != MOVED:
+                return answer
+
+    async def cancel_requests(self, job_ids: Sequence[str]) -> list[str]:
+        """The cancel flags of running jobs, in one read: per job, the take it names, ""
+        when none."""
+        layout = self._store.layout
+        # One call per partition (a script's keys share one slot), in one round trip.
+        groups: dict[int, list[int]] = {}
+        for position, job_id in enumerate(job_ids):
+            groups.setdefault(partition_of(job_id, layout.partitions), []).append(position)
+        calls = [
+            ScriptCall(
+                "cancel_flags", [layout.parts[part].cancel_flag(job_ids[i]) for i in positions], []
+            )
+            for part, positions in groups.items()
+        ]
+        found = [""] * len(job_ids)
+        replies = await self._store.run_async(calls)
+        for positions, values in zip(groups.values(), replies, strict=True):
+            for position, value in zip(positions, values, strict=True):
+                found[position] = text(value)
+        return found
+
+    async def cancel_request(self, job_id: str) -> str:
+        """The cancel flag of one job: the take it names, "" when none."""
+        return (await self.cancel_requests([job_id]))[0]
