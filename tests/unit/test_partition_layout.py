@@ -16,14 +16,9 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from lockgate.backend.broker import LevelStats
 from lockgate.backend.keys import Keys, done_marker_place
-from lockgate.backend.partitions import (
-    MAX_PARTITIONS,
-    Layout,
-    check_partitions,
-    partition_of,
-    partition_tags,
-)
+from lockgate.backend.partitions import Layout, partition_of, partition_tags
 from lockgate.backend.stream_broker import merge_stats
+from lockgate.core.app_config import MAX_PARTITIONS, check_partitions
 from lockgate.core.policy import WeightedPolicy, spread_read
 from lockgate.errors import ConfigError
 

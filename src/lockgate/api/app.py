@@ -10,42 +10,33 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta, tzinfo
 from types import SimpleNamespace
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 import msgspec
 
 from lockgate.api.eager import EagerRuns
 from lockgate.api.hooks import H, Hooks
-from lockgate.api.idempotency import (
-    DEFAULT_LEASE,
-    DEFAULT_TTL,
-    Claim,
-    LeaseKeeper,
-    check_ttl,
-)
+from lockgate.api.idempotency import DEFAULT_LEASE, Claim, LeaseKeeper
 from lockgate.api.task import EnqueueResult, Task
 from lockgate.backend.broker import EnqueuePlan, Outgoing
 from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.keys import Keys, check_key
 from lockgate.backend.lua import AsyncScripts, SyncScripts
-from lockgate.backend.partitions import check_partitions
 from lockgate.backend.store import Store
 from lockgate.core import codec
-from lockgate.core.codec import Job
-from lockgate.core.config import (
-    Backend,
-    Levels,
-    check_name,
-    check_task_name,
-    default_task_name,
-    resolve_redis_url,
-    seconds,
+from lockgate.core.app_config import (
+    CompatibilityConfig,
+    ConnectionConfig,
+    LevelsConfig,
+    LimitsConfig,
 )
+from lockgate.core.codec import Job
+from lockgate.core.config import Backend, resolve_redis_url, seconds
 from lockgate.core.cron import Schedule, check_no_arguments
 from lockgate.core.message import Message, check_size
-from lockgate.core.ratelimit import parse_rate
-from lockgate.core.retry import Backoff, RetryPolicy, check_expiry
+from lockgate.core.retry import DEFAULT_TTL
 from lockgate.core.status import FinalRecord, JobInfo, Poll, answer, job_info, settled
+from lockgate.core.tasks import TaskKeywords, TaskSettings
 from lockgate.errors import ConfigError
 
 P = ParamSpec("P")
@@ -106,53 +97,30 @@ class App:
         status_ttl: float | timedelta | None = timedelta(minutes=10),
         partitions: int = 1,
     ) -> None:
-        url = resolve_redis_url(redis_url)
-        self.namespace = check_name(namespace, "namespace")
-        self.levels = Levels(weights=levels) if levels is not None else Levels()
-        if backend not in ("streams", "sorted"):
-            raise ConfigError(f"backend must be 'streams' or 'sorted', got {backend!r}")
-        self.backend: Backend = backend
-        self.aging_seconds = seconds(aging, "aging")
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
-            raise ConfigError(f"max_payload_bytes must be a whole number: {max_payload_bytes!r}")
-        if max_payload_bytes < 64:
-            raise ConfigError(f"max_payload_bytes must be >= 64, got {max_payload_bytes}")
-        self.max_payload_bytes = max_payload_bytes
-        if dead_letter_max_len is not None and (
-            isinstance(dead_letter_max_len, bool)
-            or not isinstance(dead_letter_max_len, int)
-            or dead_letter_max_len < 1
-        ):
-            raise ConfigError(
-                f"dead_letter_max_len must be a whole number >= 1 or None, "
-                f"got {dead_letter_max_len!r}"
-            )
-        # 0 is "no limit" in the ARGV of the scripts that trim (deadletter.trim_args).
-        self.dead_letter_max_len: int = dead_letter_max_len or 0
-        max_age = (
-            0.0
-            if dead_letter_max_age is None
-            else seconds(dead_letter_max_age, "dead_letter_max_age")
+        connection = ConnectionConfig(
+            redis_url=redis_url, namespace=namespace, backend=backend, partitions=partitions
         )
-        if dead_letter_max_age is not None and round(max_age * 1000) < 1:
-            raise ConfigError(
-                f"dead_letter_max_age must be at least 1 ms or None, got {dead_letter_max_age!r}"
-            )
-        self.dead_letter_max_age_ms: int = round(max_age * 1000)
-        if not isinstance(legacy_markers, bool):
-            raise ConfigError(f"legacy_markers must be True or False, got {legacy_markers!r}")
-        self.legacy_markers = legacy_markers
-        kept = 0.0 if status_ttl is None else seconds(status_ttl, "status_ttl")
-        self.status_ttl_ms: int = max(1, round(kept * 1000)) if kept else 0
-        self.partitions = check_partitions(partitions)
-        if partitions > 1 and backend != "streams":
-            raise ConfigError(
-                f"partitions={partitions} needs backend='streams': the sorted backend keeps "
-                "one partition (one ranked set per queue)"
-            )
+        ranking = LevelsConfig(levels=levels, aging=aging)
+        limits = LimitsConfig(
+            max_payload_bytes=max_payload_bytes,
+            dead_letter_max_len=dead_letter_max_len,
+            dead_letter_max_age=dead_letter_max_age,
+            status_ttl=status_ttl,
+        )
+        compatibility = CompatibilityConfig(legacy_markers=legacy_markers)
+        self.namespace = connection.namespace
+        self.backend: Backend = connection.backend
+        self.partitions = connection.partitions
+        self.levels = ranking.order
+        self.aging_seconds = ranking.aging_seconds
+        self.max_payload_bytes = limits.max_payload_bytes
+        self.dead_letter_max_len: int = limits.trim_len
+        self.dead_letter_max_age_ms: int = limits.trim_age_ms
+        self.status_ttl_ms: int = limits.status_ttl_ms
+        self.legacy_markers = compatibility.legacy_markers
         self.store = Store(
-            url, self.namespace, self.levels, backend, self.aging_seconds, self.partitions,
-            queues=lambda: self.queues,
+            connection.url, self.namespace, self.levels, self.backend, self.aging_seconds,
+            self.partitions, queues=lambda: self.queues,
         )  # fmt: skip
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # of the @cron tasks, by task name
@@ -203,8 +171,7 @@ class App:
     @property
     def default_priority(self) -> str:
         """The middle level (``normal`` with the default levels)."""
-        names = self.levels.names
-        return names[len(names) // 2]
+        return self.levels.default
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -215,128 +182,37 @@ class App:
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(
-        self,
-        *,
-        priority: str | None = None,
-        queue: str = "default",
-        name: str | None = None,
-        retries: int = 3,
-        backoff: float | timedelta | Backoff = 1.0,
-        timeout: float | timedelta | None = None,
-        retry_on: tuple[type[BaseException], ...] = (),
-        idempotent: bool = False,
-        idempotency_ttl: float | timedelta = DEFAULT_TTL,
-        expires: float | timedelta | None = None,
-        rate_limit: str | None = None,
-        keep_result: float | timedelta | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    def task(self, **settings: Unpack[TaskKeywords]) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(
-        self,
-        fn: Callable[P, R] | None = None,
-        *,
-        priority: str | None = None,
-        queue: str = "default",
-        name: str | None = None,
-        retries: int = 3,
-        backoff: float | timedelta | Backoff = 1.0,
-        timeout: float | timedelta | None = None,
-        retry_on: tuple[type[BaseException], ...] = (),
-        idempotent: bool = False,
-        idempotency_ttl: float | timedelta = DEFAULT_TTL,
-        expires: float | timedelta | None = None,
-        rate_limit: str | None = None,
-        keep_result: float | timedelta | None = None,
-    ) -> Any:
-        """Register a function (sync or async) as a task.
-
-        Args:
-            priority: its level; defaults to the middle level.
-            queue: its queue.
-            name: its name on the wire: 1-200 ASCII letters, digits, ``_``, ``.``, ``-``
-                or ``:`` (``billing.charge_card``); defaults to the function's name, each
-                other character made ``_``.
-            retries: how often a job that raised ``RetryableError`` (or a ``retry_on``
-                type, or ran over ``timeout``) is retried before it is dead-lettered.
-            backoff: a [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
-                (doubling per attempt, capped at 5 minutes, full jitter).
-            timeout: longest run; async runs are cancelled, sync ones abandoned.
-            retry_on: exception types retried like ``RetryableError``.
-            idempotent: claim the job id before running, so a job that already succeeded
-                (a redelivery, a replay) is acknowledged without running again.
-            idempotency_ttl: how long the done marker of an idempotent task (and the
-                default of its steps) blocks duplicates; at least twice the retry window.
-            expires: a job not started within this many seconds of its enqueue (any
-                attempt) is dropped unrun, acknowledged and logged: an OTP nobody waits
-                for. None: jobs never expire.
-            rate_limit: at most this many starts, shared by every worker of the
-                namespace: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (``"100/s"``), spaced evenly
-                (one every ``period / N``). A job over it is put back until its turn,
-                spending no attempt, and its worker takes other work meanwhile. None: no
-                limit.
-            keep_result: seconds (or a timedelta) each job's return value (or its error)
-                is kept for ``result()`` and ``App.job``, JSON-encoded like the jobs.
-                None: not kept (the status alone is, for ``App(status_ttl=...)``).
+    def task(self, fn: Callable[P, R] | None = None, **settings: Unpack[TaskKeywords]) -> Any:
+        """Register a function (sync or async) as a task: ``@app.task``, or
+        ``@app.task(...)`` with options as keyword arguments (``priority="low"``,
+        ``retries=5``, ...): the fields of [TaskSettings][lockgate.core.tasks.TaskSettings],
+        where each is documented with its default.
 
         Raises:
+            TypeError: a keyword argument that is not one of those options.
             ConfigError: unknown level, bad queue or task name, a name already registered,
                 a bad retry option, an idempotency TTL under twice the retry window, an
                 expiry that is not positive or is shorter than the first retry's delay,
                 or a ``rate_limit`` not of the form ``"N/s"``, ``"N/m"``, ``"N/h"``.
         """
-        retry = RetryPolicy(
-            retries=retries,
-            backoff=backoff if isinstance(backoff, Backoff) else Backoff(base=backoff),
-            retry_on=tuple(retry_on),
-            timeout=seconds(timeout, "timeout") if timeout is not None else None,
-        )
-        ttl = seconds(idempotency_ttl, "idempotency_ttl")
-        expiry = seconds(expires, "expires") if expires is not None else None
-        kept = seconds(keep_result, "keep_result") if keep_result is not None else None
+        declared = TaskSettings.of(settings, "App.task")
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
-            level = priority or self.default_priority
-            self.levels.index(level)
-            task_name = check_task_name(name) if name is not None else default_task_name(func)
-            if task_name in self.tasks:
-                raise ConfigError(f"a task named {task_name!r} is already registered")
-            if idempotent:  # the job's own done marker must outlast its retries
-                check_ttl(f"job ids of task {task_name!r}", ttl, retry.window)
-            check_expiry(task_name, expiry, retry)
-            rate = parse_rate(rate_limit, task_name) if rate_limit is not None else None
-            registered = Task(
-                self,
-                func,
-                name=task_name,
-                queue=check_name(queue, "queue"),
-                priority=level,
-                retry=retry,
-                idempotent=idempotent,
-                idempotency_ttl=ttl,
-                expires=expiry,
-                rate_limit=rate,
-                keep_result=kept,
-            )
-            self.tasks[task_name] = registered
-            return registered
+            return self._register(func, declared)
 
         return register(fn) if fn is not None else register
 
+    def _register(self, func: Callable[..., Any], settings: TaskSettings) -> Task[Any, Any]:
+        registered = Task(self, func, settings)
+        if registered.name in self.tasks:
+            raise ConfigError(f"a task named {registered.name!r} is already registered")
+        self.tasks[registered.name] = registered
+        return registered
+
     def cron(
-        self,
-        expression: str,
-        *,
-        tz: str | tzinfo = "UTC",
-        priority: str | None = None,
-        queue: str = "default",
-        name: str | None = None,
-        retries: int = 3,
-        backoff: float | timedelta | Backoff = 1.0,
-        timeout: float | timedelta | None = None,
-        retry_on: tuple[type[BaseException], ...] = (),
-        idempotent: bool = False,
-        expires: float | timedelta | None = None,
+        self, expression: str, *, tz: str | tzinfo = "UTC", **settings: Unpack[TaskKeywords]
     ) -> Callable[[Callable[[], R]], Task[[], R]]:
         """Register a function of no arguments (sync or async) as a task run on a schedule.
 
@@ -358,24 +234,21 @@ class App:
                 (``"Europe/Paris"``) or a ``zoneinfo.ZoneInfo``. Around DST changes it
                 runs as Debian's cron does: a daily job whose time is skipped in spring
                 runs when the clock jumps, and runs once on the day an hour repeats.
-            priority: as for [task][lockgate.App.task], and so are ``queue``, ``name``,
-                ``retries``, ``backoff``, ``timeout``, ``retry_on``, ``idempotent`` and
-                ``expires``.
+            **settings: the options of [task][lockgate.App.task]
+                ([TaskSettings][lockgate.core.tasks.TaskSettings]).
 
         Raises:
+            TypeError: a keyword argument that is not an option of a task.
             ConfigError: a bad expression or time zone (naming the task), a function that
                 takes arguments, or what [task][lockgate.App.task] refuses.
         """
+        declared = TaskSettings.of(settings, "App.cron")
 
         def register(func: Callable[[], R]) -> Task[[], R]:
-            task_name = check_task_name(name) if name is not None else default_task_name(func)
+            task_name = declared.task_name(func)
             schedule = Schedule.parse(task_name, expression, tz)
             check_no_arguments(func, task_name)
-            registered = self.task(
-                priority=priority, queue=queue, name=task_name, retries=retries,
-                backoff=backoff, timeout=timeout, retry_on=retry_on, idempotent=idempotent,
-                expires=expires,
-            )(func)  # fmt: skip
+            registered = self._register(func, declared)
             self.schedules[task_name] = schedule
             return registered
 

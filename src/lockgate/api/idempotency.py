@@ -33,13 +33,13 @@ from lockgate.backend.store import Store
 from lockgate.core.config import seconds
 from lockgate.core.context import JobContext, running_job
 from lockgate.core.logs import get_logger
+from lockgate.core.retry import DEFAULT_TTL, check_ttl
 from lockgate.core.sansio import drive, drive_async
 from lockgate.errors import AlreadyProcessed, BrokerError, ClaimBusy, ConfigError, StepDone
 
 log = get_logger(__name__)
 _T = TypeVar("_T")
 
-DEFAULT_TTL = 86_400.0
 DEFAULT_LEASE = 30.0
 RENEW_RETRY = 0.1  # seconds between tries of a lease renewal that failed
 LAPSED = -2  # idem_claim's answer: a worker's claim whose lease lapsed; judge its holder
@@ -47,20 +47,6 @@ JUDGE_ROUNDS = 3  # judge-and-take rounds before a claim that keeps changing cou
 # The value of a claim held by a worker (lockgate.core.context.Holder.token): hold, quiet and
 # gap ms, a random part, the worker's consumer name.
 _HELD = re.compile(r"c:w\d+\.(\d+)\.(\d+)\.[0-9a-f]+\.(.+)", re.DOTALL)
-
-
-def check_ttl(key: str, ttl: float, retry_window: float) -> None:
-    """The lesson's anti-pattern: a done marker that expires before the retries end.
-
-    Raises:
-        ConfigError: ``ttl`` is shorter than twice the retry window.
-    """
-    if ttl < 2 * retry_window:
-        raise ConfigError(
-            f"idempotency TTL for {key!r} is {ttl:g}s, shorter than twice the task's retry "
-            f"window ({retry_window:g}s): a retry after the marker expired would run the "
-            "side effect again; raise the TTL or shorten the retries"
-        )
 
 
 class ClaimHost(Protocol):

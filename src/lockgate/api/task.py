@@ -13,19 +13,19 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from lockgate.api.idempotency import DEFAULT_TTL
 from lockgate.core import codec
 from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels, seconds
 from lockgate.core.message import Message, check_size
-from lockgate.core.ratelimit import Rate
-from lockgate.core.retry import RetryPolicy
 from lockgate.core.status import JobInfo, Status, answer
+from lockgate.core.tasks import TaskSettings
 from lockgate.errors import ConfigError
 
 P = ParamSpec("P")
+Q = ParamSpec("Q")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class TaskHost(Protocol):
@@ -114,39 +114,48 @@ class EnqueueResult:
         return self._owner().cancel(self.job_id)
 
 
+def _arguments_of(
+    build: Callable[Q, Message],
+) -> Callable[[Callable[..., T]], Callable[Q, T]]:
+    """Type a method that sends what ``build`` makes as taking ``build``'s arguments (for
+    type checkers; nothing changes at run time): they are declared once, on ``build``."""
+
+    def sends(send: Callable[..., T]) -> Callable[Q, T]:
+        return send
+
+    return sends
+
+
 class Task(Generic[P, R]):
     """A function registered on an App. Calling it runs it here; ``enqueue`` queues it."""
 
-    def __init__(
-        self,
-        app: TaskHost,
-        fn: Callable[P, R],
-        *,
-        name: str,
-        queue: str,
-        priority: str,
-        retry: RetryPolicy,
-        idempotent: bool = False,
-        idempotency_ttl: float = DEFAULT_TTL,
-        expires: float | None = None,
-        rate_limit: Rate | None = None,
-        keep_result: float | None = None,
-    ) -> None:
+    def __init__(self, app: TaskHost, fn: Callable[P, R], settings: TaskSettings) -> None:
+        """Declare ``fn`` a task of ``app`` (what [App.task][lockgate.App.task] does).
+
+        Args:
+            app: the App it is registered on.
+            fn: the task function.
+            settings: its options; the level and name it lacks are filled in.
+
+        Raises:
+            ConfigError: see [TaskSettings][lockgate.core.tasks.TaskSettings].
+        """
         self.app = app
         self.fn = fn
-        self.name = name
-        self.queue = queue
-        self.priority = priority
-        self.retry = retry
-        self.idempotent = idempotent
-        self.idempotency_ttl = idempotency_ttl
-        self.expires = expires
-        self.rate_limit = rate_limit
-        self.keep_result_ms = max(1, round(keep_result * 1000)) if keep_result else 0
+        self.settings = settings = settings.declared(fn, app.levels)
+        self.name = settings.task_name(fn)
+        self.queue = settings.queue
+        self.priority = settings.level(app.levels)
+        self.retry = settings.retry
+        self.idempotent = settings.idempotent
+        self.idempotency_ttl = settings.idempotency_ttl_seconds
+        self.expires = settings.expires_seconds
+        self.rate_limit = settings.rate
+        self.keep_result_ms = settings.keep_result_ms
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         # Decided once here, so that enqueue and the worker only look values up.
-        self.schema = Schema(name, fn, self.signature)
+        self.schema = Schema(self.name, fn, self.signature)
 
     @cached_property
     def returns(self) -> Any:
@@ -241,18 +250,12 @@ class Task(Generic[P, R]):
             )
         return Message(job, wait)
 
-    def enqueue(
-        self,
-        *args: Any,
-        job_id: str | None = None,
-        priority: str | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | None = None,
-        **kwargs: Any,
-    ) -> EnqueueResult:
+    @_arguments_of(message)
+    def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
         """Queue a run of this task (sync; for Django, Flask and scripts).
 
-        Takes the arguments of [message][lockgate.Task.message].
+        Takes the arguments of [message][lockgate.Task.message]: the task's arguments,
+        and ``job_id``, ``priority``, ``delay`` or ``eta``.
 
         Returns:
             The job's id, and whether it was created (False for a duplicate id).
@@ -265,39 +268,13 @@ class Task(Generic[P, R]):
                 queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
             ConnectionFailed: Redis cannot be reached (nothing was sent).
         """
-        message = self.message(
-            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
-        )
-        return self.app.enqueue_many([message])[0]
+        return self.app.enqueue_many([self.message(*args, **kwargs)])[0]
 
-    async def enqueue_async(
-        self,
-        *args: Any,
-        job_id: str | None = None,
-        priority: str | None = None,
-        delay: float | timedelta | None = None,
-        eta: datetime | None = None,
-        **kwargs: Any,
-    ) -> EnqueueResult:
-        """Queue a run of this task (async).
-
-        Takes the arguments of [message][lockgate.Task.message].
-
-        Returns:
-            The job's id, and whether it was created (False for a duplicate id).
-
-        Raises:
-            InvalidArguments: the arguments do not fit the task.
-            ConfigError: unknown priority, or both delay and eta.
-            SerializationError: an argument would not arrive as it is.
-            OutcomeUnknown: no reply came once the job was sent: it may have been
-                queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
-            ConnectionFailed: Redis cannot be reached (nothing was sent).
-        """
-        message = self.message(
-            *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
-        )
-        return (await self.app.enqueue_many_async([message]))[0]
+    @_arguments_of(message)
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> EnqueueResult:
+        """The async form of [enqueue][lockgate.Task.enqueue]: the same arguments, result
+        and errors."""
+        return (await self.app.enqueue_many_async([self.message(*args, **kwargs)]))[0]
 
     def enqueue_on_commit(
         self,

@@ -35,26 +35,11 @@ from functools import cache, cached_property
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from lockgate.backend.keys import Keys
-from lockgate.errors import ConfigError
 
-MAX_PARTITIONS = 1024
 SEPARATOR = "/"
 # Hex digits of SHA1(key) naming a user claim's tag: 4,096 tags, each holding one bucket
 # of done markers, as many buckets as a one-partition namespace has (see keys.py).
 CLAIM_TAG_DIGITS = 3
-
-
-def check_partitions(value: object) -> int:
-    """The partition count, validated.
-
-    Raises:
-        ConfigError: not a whole number from 1 to :data:`MAX_PARTITIONS`.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"partitions must be a whole number, got {value!r}")
-    if not 1 <= value <= MAX_PARTITIONS:
-        raise ConfigError(f"partitions must be from 1 to {MAX_PARTITIONS}, got {value}")
-    return value
 
 
 def partition_of(job_id: str, partitions: int) -> int:

@@ -105,6 +105,13 @@ class Levels:
         """Level names, highest precedence first."""
         return tuple(self.weights)
 
+    @property
+    def default(self) -> str:
+        """The middle level: a task's when it names none (``normal`` with the default
+        levels)."""
+        names = self.names
+        return names[len(names) // 2]
+
     def index(self, name: str) -> int:
         """Position of a level (0 is the highest).
 

@@ -17,6 +17,9 @@ from typing import cast
 from lockgate.core.config import seconds
 from lockgate.errors import ConfigError
 
+# How long a done marker blocks duplicates unless told otherwise: a day.
+DEFAULT_TTL = 86_400.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class Backoff:
@@ -98,4 +101,18 @@ def check_expiry(task: str, expires: float | None, policy: RetryPolicy) -> None:
         raise ConfigError(
             f"task {task!r} expires {expires:g} s after enqueue, shorter than its first "
             f"retry's delay (up to {first:g} s): lower the backoff or set retries=0"
+        )
+
+
+def check_ttl(key: str, ttl: float, retry_window: float) -> None:
+    """The lesson's anti-pattern: a done marker that expires before the retries end.
+
+    Raises:
+        ConfigError: ``ttl`` is shorter than twice the retry window.
+    """
+    if ttl < 2 * retry_window:
+        raise ConfigError(
+            f"idempotency TTL for {key!r} is {ttl:g}s, shorter than twice the task's retry "
+            f"window ({retry_window:g}s): a retry after the marker expired would run the "
+            "side effect again; raise the TTL or shorten the retries"
         )

@@ -1,0 +1,186 @@
+"""A task's settings: the options of ``@app.task(...)`` and ``@app.cron(...)``, declared
+once. Pure, no I/O.
+
+The fields of :class:`TaskSettings` are those decorators' keyword arguments, with their
+defaults and their documentation, and its ``__post_init__`` validates and normalises them.
+:class:`TaskKeywords` types the keyword arguments for type checkers, which read only a
+TypedDict written out: it repeats the fields' names and types, and a unit test keeps the
+two equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
+from typing import TypedDict, cast
+
+from lockgate.core.config import (
+    Levels,
+    check_name,
+    check_task_name,
+    default_task_name,
+    seconds,
+)
+from lockgate.core.ratelimit import Rate, parse_rate
+from lockgate.core.retry import DEFAULT_TTL, Backoff, RetryPolicy, check_expiry, check_ttl
+
+
+class TaskKeywords(TypedDict, total=False):
+    """The keyword arguments of ``@app.task(...)`` and ``@app.cron(...)``: the fields of
+    :class:`TaskSettings`, which documents them."""
+
+    priority: str | None
+    queue: str
+    name: str | None
+    retries: int
+    backoff: float | timedelta | Backoff
+    timeout: float | timedelta | None
+    retry_on: tuple[type[BaseException], ...]
+    idempotent: bool
+    idempotency_ttl: float | timedelta
+    expires: float | timedelta | None
+    rate_limit: str | None
+    keep_result: float | timedelta | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSettings:
+    """The options of a task. [App.task][lockgate.App.task] and
+    [App.cron][lockgate.App.cron] take each as a keyword argument, and no other.
+
+    Durations take seconds or a ``timedelta``. The checks whose errors name the task (its
+    TTL, expiry and rate limit) wait for its name when it is the function's.
+
+    Raises:
+        ConfigError: a bad queue or task name, a bad retry option, an idempotency TTL
+            under twice the retry window, an expiry that is not positive or is shorter
+            than the first retry's delay, or a ``rate_limit`` not of the form ``"N/s"``,
+            ``"N/m"``, ``"N/h"``.
+    """
+
+    priority: str | None = None
+    """Its level; defaults to the middle level."""
+    queue: str = "default"
+    """Its queue."""
+    name: str | None = None
+    """Its name on the wire: 1-200 ASCII letters, digits, ``_``, ``.``, ``-`` or ``:``
+    (``billing.charge_card``); defaults to the function's name, each other character
+    made ``_``."""
+    retries: int = 3
+    """How often a job that raised ``RetryableError`` (or a ``retry_on`` type, or ran
+    over ``timeout``) is retried before it is dead-lettered."""
+    backoff: float | timedelta | Backoff = 1.0
+    """A [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
+    (doubling per attempt, capped at 5 minutes, full jitter)."""
+    timeout: float | timedelta | None = None
+    """Longest run; async runs are cancelled, sync ones abandoned."""
+    retry_on: tuple[type[BaseException], ...] = ()
+    """Exception types retried like ``RetryableError``."""
+    idempotent: bool = False
+    """Claim the job id before running, so a job that already succeeded (a redelivery, a
+    replay) is acknowledged without running again."""
+    idempotency_ttl: float | timedelta = DEFAULT_TTL
+    """How long the done marker of an idempotent task (and the default of its steps)
+    blocks duplicates (a day unless given); at least twice the retry window."""
+    expires: float | timedelta | None = None
+    """A job not started within this many seconds of its enqueue (any attempt) is dropped
+    unrun, acknowledged and logged: an OTP nobody waits for. None: jobs never expire."""
+    rate_limit: str | None = None
+    """At most this many starts, shared by every worker of the namespace: ``"N/s"``,
+    ``"N/m"`` or ``"N/h"`` (``"100/s"``), spaced evenly (one every ``period / N``). A job
+    over it is put back until its turn, spending no attempt, and its worker takes other
+    work meanwhile. None: no limit."""
+    keep_result: float | timedelta | None = None
+    """Seconds (or a timedelta) each job's return value (or its error) is kept for
+    ``result()`` and ``App.job``, JSON-encoded like the jobs. None: not kept (the status
+    alone is, for ``App(status_ttl=...)``)."""
+    retry: RetryPolicy = field(init=False, repr=False, compare=False)
+    """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
+    rate: Rate | None = field(init=False, repr=False, compare=False)
+    """``rate_limit``, parsed (None until the task's name is known)."""
+
+    def __post_init__(self) -> None:
+        backoff = self.backoff
+        retry = RetryPolicy(
+            retries=self.retries,
+            backoff=backoff if isinstance(backoff, Backoff) else Backoff(base=backoff),
+            retry_on=tuple(self.retry_on),
+            timeout=_seconds_or_none(self.timeout, "timeout"),
+        )
+        object.__setattr__(self, "retry", retry)
+        ttl = seconds(self.idempotency_ttl, "idempotency_ttl")
+        object.__setattr__(self, "idempotency_ttl", ttl)
+        object.__setattr__(self, "expires", _seconds_or_none(self.expires, "expires"))
+        object.__setattr__(self, "keep_result", _seconds_or_none(self.keep_result, "keep_result"))
+        object.__setattr__(self, "rate", None)
+        if self.name is not None:
+            self._check_named(check_task_name(self.name))
+        check_name(self.queue, "queue")
+
+    def _check_named(self, task: str) -> None:
+        if self.idempotent:  # the job's own done marker must outlast its retries
+            check_ttl(f"job ids of task {task!r}", self.idempotency_ttl_seconds, self.retry.window)
+        check_expiry(task, self.expires_seconds, self.retry)
+        if self.rate_limit is not None:
+            object.__setattr__(self, "rate", parse_rate(self.rate_limit, task))
+
+    @classmethod
+    def of(cls, keywords: TaskKeywords, caller: str) -> TaskSettings:
+        """The settings of a decorator's keyword arguments.
+
+        Raises:
+            TypeError: a keyword is not an option (``caller`` names the decorator).
+            ConfigError: see the class.
+        """
+        for key in keywords:
+            if key not in OPTIONS:
+                raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}")
+        return cls(**keywords)
+
+    def task_name(self, func: object) -> str:
+        """The task's name: ``name``, else the function's (see
+        :func:`~lockgate.core.config.default_task_name`)."""
+        return self.name if self.name is not None else default_task_name(func)
+
+    def level(self, levels: Levels) -> str:
+        """The task's level: ``priority``, else the middle one of ``levels``.
+
+        Raises:
+            ConfigError: it is not one of ``levels``.
+        """
+        level = self.priority or levels.default
+        levels.index(level)
+        return level
+
+    def declared(self, func: object, levels: Levels) -> TaskSettings:
+        """These settings with the task's level and name filled in, and the checks that
+        name the task made.
+
+        Raises:
+            ConfigError: the level is not one of ``levels``, or see the class.
+        """
+        return replace(self, priority=self.level(levels), name=self.task_name(func))
+
+    @property
+    def idempotency_ttl_seconds(self) -> float:
+        """``idempotency_ttl`` in seconds."""
+        return cast(float, self.idempotency_ttl)  # normalised in __post_init__
+
+    @property
+    def expires_seconds(self) -> float | None:
+        """``expires`` in seconds (None: never)."""
+        return cast(float | None, self.expires)  # normalised in __post_init__
+
+    @property
+    def keep_result_ms(self) -> int:
+        """``keep_result`` in milliseconds (0: not kept)."""
+        kept = cast(float | None, self.keep_result)  # normalised in __post_init__
+        return max(1, round(kept * 1000)) if kept else 0
+
+
+def _seconds_or_none(value: float | timedelta | None, what: str) -> float | None:
+    return seconds(value, what) if value is not None else None
+
+
+# The keyword arguments TaskSettings takes: the options of a task.
+OPTIONS = frozenset(option.name for option in fields(TaskSettings) if option.init)
