@@ -67,7 +67,7 @@ def check_package_files(wheel: Path, sdist: Path) -> None:
     package = ROOT / "src" / "lockgate"
     data = {
         path.relative_to(package.parent).as_posix()
-        for folder in ("lua", "dashboard/templates", "dashboard/static")
+        for folder in ("backend/lua", "dashboard/templates", "dashboard/static")
         for path in (package / folder).iterdir()
         if path.is_file() and path.suffix not in (".py", ".pyc")
     }
