@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ ENV = "BENCH_COUNT_ROUND_TRIPS"
 PROBE_NAME = "lockgate-bench-probe"
 
 _lock = threading.Lock()
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("counted_send", default=False)
 _count = 0
 _taken = 0
 _installed = False
@@ -71,11 +73,35 @@ def install() -> None:
         sync_send(self, command, check_health)
 
     async def counted_async(self: Any, command: Any, check_health: bool = True) -> None:
-        _tick(self)
+        if not _inside.get():
+            _tick(self)
         await async_send(self, command, check_health)
 
     sync_class.send_packed_command = counted  # type: ignore[method-assign]
     async_class.send_packed_command = counted_async  # type: ignore[method-assign]
+    # lockgate's write deadline brings its own send (a mixin over the connection class
+    # it builds when it connects, so after this install): counted there, once; when it
+    # falls back to the base class's send, that one is not counted again.
+    with contextlib.suppress(ImportError):
+        from lockgate.backend.write_deadline import DeadlineWrites
+
+        own = DeadlineWrites.send_packed_command
+        DeadlineWrites.send_packed_command = _counted_once(own)  # type: ignore[method-assign]
+
+
+def _counted_once(send: Callable[..., Any]) -> Callable[..., Any]:
+    async def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        if _inside.get():
+            await send(self, command, check_health)
+            return
+        _tick(self)
+        token = _inside.set(True)
+        try:
+            await send(self, command, check_health)
+        finally:
+            _inside.reset(token)
+
+    return counted
 
 
 def count() -> int:
