@@ -17,6 +17,7 @@ import redis
 from conftest import LIVENESS_ARGS, wait_until_sync
 from lockgate.backend.keys import GROUP, Keys, SortedKeys
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
+from lockgate.backend.settling import batched_settles, unbatched
 from lua.test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
 
 # Workers named here never beat: each counts as dead as it did before liveness.
@@ -786,3 +787,37 @@ def test_idem_claim_reads_the_task_tag_of_a_0_1_name_marker(
     reply = list(run(scripts, "idem_claim", [claim, legacy], args))
     assert reply == answer
     assert rclient.get(legacy) == legacy_value.encode()  # never written by a claim
+
+
+def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """Three endings of one stream in one settle_many call: the two that can land do, the
+    one that raises (its wake stream is a string: XADD fails) comes back as its own error,
+    as it would from a pipeline of three calls."""
+    stream, wrong_wake = keys.stream("q", "low"), keys.wake() + ":not-a-stream"
+    rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    rclient.set(wrong_wake, "x")
+    ids = [rclient.xadd(stream, {"job": name}).decode() for name in "abc"]
+    rclient.xreadgroup(GROUP, "c1", {stream: ">"}, count=3)
+    calls = []
+    for n, (job, entry) in enumerate(zip("abc", ids, strict=True)):
+        kind, wake = ("retry", wrong_wake) if n == 1 else ("done", keys.wake())
+        script_keys = [
+            stream, keys.job(job), keys.delayed("q", "low"), keys.dead(), wake,
+            keys.result(job), keys.status(job),
+        ]  # fmt: skip
+        args: list[Any] = [
+            GROUP, "c1", entry, kind, "", "keep", TTL_MS, "", keys.done_bucket_prefix, 0,
+            b"next" if kind == "retry" else b"", 0, 0, 0, b"", 0, b"", 0,
+        ]  # fmt: skip
+        calls.append(ScriptCall("settle_stream", script_keys, args))
+    batches, spans = batched_settles(calls)
+    assert [call.script for call in batches] == ["settle_many"] and spans == [[0, 1, 2]]
+    replies = unbatched(batches, scripts.run_each(batches), spans, 3)
+    assert [int(v) for v in replies[0]] == [1, 0] and [int(v) for v in replies[2]] == [1, 0]
+    assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
+    pending = rclient.xpending_range(stream, GROUP, "-", "+", 10)
+    # The failed call acked its entry before its XADD raised (a script error is not
+    # rolled back, in a batch or alone); the others settled whole.
+    assert pending == [] and rclient.xlen(stream) == 0

@@ -16,9 +16,8 @@ from typing import Any, Protocol, cast
 from lockgate.backend import faults
 from lockgate.backend.addresses import masked
 from lockgate.backend.connections import AsyncClient
-from lockgate.backend.faults import translated
 from lockgate.backend.keys import Keys
-from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
+from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.core import codec
 from lockgate.core.codec import Job
 from lockgate.core.logs import get_logger
@@ -502,7 +501,10 @@ def safe_call(call: ScriptCall) -> ScriptCall:
     An error message may hold a lone surrogate (a file name read with surrogateescape):
     redis-py would fail to encode it at send time, for the whole pipeline, every time.
     """
-    args = [a.encode("utf-8", "backslashreplace") if isinstance(a, str) else a for a in call.args]
+    args = [
+        a.encode("utf-8", "backslashreplace") if isinstance(a, str) and not a.isascii() else a
+        for a in call.args
+    ]  # ASCII text goes as it is: hiredis encodes it as fast (nearly all arguments)
     return ScriptCall(call.script, call.keys, args)
 
 
@@ -516,28 +518,6 @@ def translated_replies(replies: Sequence[Any], url: str) -> list[Any]:
             reply = BrokerError(f"{type(reply).__name__}: {reply}")
         out.append(reply)
     return out
-
-
-def settle_sync(scripts: SyncScripts, url: str, calls: Sequence[ScriptCall]) -> list[Any]:
-    """Apply settle calls through a sync client (a pool thread's path), one round trip.
-
-    Returns:
-        Per call, its reply or the lockgate error it met.
-    """
-    with translated(url):
-        replies = scripts.run_each(calls)
-    return translated_replies(replies, url)
-
-
-async def settle_async(scripts: AsyncScripts, url: str, calls: Sequence[ScriptCall]) -> list[Any]:
-    """Apply settle calls through a worker's async client, one round trip.
-
-    Returns:
-        Per call, its reply or the lockgate error it met.
-    """
-    with translated(url):
-        replies = await scripts.run_each(calls)
-    return translated_replies(replies, url)
 
 
 def text(value: bytes | str) -> str:

@@ -37,7 +37,6 @@ from lockgate.backend.broker import (
     delayed_job,
     purged,
     read_claim_args,
-    settle_async,
     soonest,
     text,
 )
@@ -45,6 +44,7 @@ from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import Keys, SortedKeys
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
+from lockgate.backend.settling import settle_async
 from lockgate.core import codec
 from lockgate.core.config import Levels
 from lockgate.core.policy import aging_boost_us

@@ -20,13 +20,13 @@ from lockgate.backend.broker import (
     Settlement,
     by_source,
     read_claim_args,
-    settle_async,
     text,
 )
 from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import GROUP, Keys
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
+from lockgate.backend.settling import settle_async
 from lockgate.core import codec
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
@@ -111,16 +110,19 @@ class JobContext:
     done_markers: list[float] = field(default_factory=list, repr=False)
     holder: Holder | None = field(default=None, repr=False)
     steps: StepClaims | None = field(default=None, repr=False)
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    # Set once from the loop, read from the run's thread too: a list, not an Event (an
+    # Event costs a Condition and a lock per run, and nothing waits on this).
+    _cancel: list[bool] = field(default_factory=list, repr=False)
 
     @property
     def cancelled(self) -> bool:
         """Whether ``App.cancel`` asked this run to stop (see the class docstring)."""
-        return self._cancel.is_set()
+        return bool(self._cancel)
 
     def request_cancel(self) -> None:
         """Ask this run to stop (the worker's side of ``App.cancel``)."""
-        self._cancel.set()
+        if not self._cancel:
+            self._cancel.append(True)
 
     def step(self, name: str, *, ttl: float | timedelta | None = None) -> StepClaim:
         """An idempotency claim scoped to this job and one external step of it.

@@ -343,7 +343,9 @@ class JobRunner:
         returned: Any = None
         self._inside[job.id] = (run, asyncio.current_task() if task.is_async else None)
         try:
-            if task.is_async:
+            if task.is_async and task.retry.timeout is None:
+                returned = await task.fn(*run.args, **run.kwargs)  # no timer to arm
+            elif task.is_async:
                 async with asyncio.timeout(task.retry.timeout):
                     returned = await task.fn(*run.args, **run.kwargs)
             else:

@@ -18,9 +18,10 @@ from typing import Any
 
 from lockgate.api.app import App
 from lockgate.backend import dead_store
-from lockgate.backend.broker import Consumer, Delivery, Settlement, safe_call, settle_sync
+from lockgate.backend.broker import Consumer, Delivery, Settlement, safe_call
 from lockgate.backend.faults import Fault, classify
 from lockgate.backend.lua import ScriptCall
+from lockgate.backend.settling import settle_sync
 from lockgate.core import status
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED, dead
