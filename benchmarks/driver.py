@@ -42,7 +42,7 @@ from benchmarks.variants import Step, Variant
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
-PEERS = ("lockgate", "rq", "arq", "dramatiq", "celery", "saq", "streaq", "taskiq")
+PEERS = ("lockgate", "rq", "arq", "dramatiq", "celery", "saq", "streaq", "taskiq", "bullmq")
 MEASURES = ("enqueue_one", "enqueue_bulk", "drain", "latency")
 console = Console(width=None if sys.stdout.isatty() else 200)
 

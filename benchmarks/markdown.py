@@ -8,7 +8,9 @@ from benchmarks import report, targets
 
 METHOD = """\
 - **enqueue 1-by-1**: {jobs:,} no-op jobs, one library call each, from one process (sync
-  API for sync libraries and lockgate's sync facade, `await` for asyncio ones).
+  API for sync libraries and lockgate's sync facade, `await` for asyncio ones; BullMQ's
+  `await queue.add` in a Node producer started and connected before the clock starts, which
+  the measuring process drives through a pipe, one command per measurement or critical job).
 - **bulk enqueue**: the same jobs through the library's bulk API; † marks a library
   without one, measured with the stand-in named under its configuration below.
 - **drain**: {jobs:,} no-op jobs queued first, then one worker process started; jobs/s
@@ -24,8 +26,9 @@ METHOD = """\
 - **Redis MB**: `used_memory` of a server holding nothing else: empty, with
   {memory_jobs:,} jobs queued, and 0.5 s after a worker drained them (one run). What
   stays after the drain is what each library keeps by default: results or job records
-  (rq, arq, saq, streaq), acked entries of an untrimmed stream (taskiq), idempotency
-  done markers for 24 h (lockgate); the configuration notes below say which and how long.
+  (rq, arq, saq, streaq), acked entries of an untrimmed stream (taskiq), the events
+  stream capped at about 10,000 entries (BullMQ), idempotency done markers for 24 h
+  (lockgate); the configuration notes below say which and how long.
 - Each figure is the median of {runs} runs; (n%) is its share of the ceiling measured on
   the same server: bare redis-py XADD one by one, XADD pipelined 500 at a time, and
   XREADGROUP COUNT 100 + XACK, each from one process.
@@ -85,6 +88,8 @@ READING = """\
   after the whole low backlog: their critical wait is the time to drain it.
 - RQ runs one job at a time per worker process: its low jobs/s meanwhile is its whole
   throughput with 1 ms jobs; more RQ workers would scale it, one process is measured.
+- BullMQ is the one Node.js library: its worker is one process whose single event loop
+  runs 100 jobs at once; the other libraries' workers are Python processes.
 - Drain figures are a small share of the bare XREADGROUP+XACK loop: that loop does no
   decoding, dispatch, bookkeeping or acknowledgement work beyond the two commands.
 """

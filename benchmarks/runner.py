@@ -49,6 +49,9 @@ def load(peer: str) -> Adapter:
 
 def version(adapter: Adapter) -> str:
     """The installed version of the library (the module's own when not installed)."""
+    own = adapter.library_version()
+    if own is not None:
+        return own
     try:
         return importlib.metadata.version(adapter.distribution)
     except importlib.metadata.PackageNotFoundError:

@@ -52,6 +52,10 @@ class Adapter(ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Disconnect."""
 
+    def library_version(self) -> str | None:
+        """The library's version when it is no Python distribution (a Node package)."""
+        return None
+
     @abstractmethod
     async def enqueue_one(self, n: int, kind: Kind) -> None:
         """Enqueue ``n`` jobs of ``kind``, one call per job."""
