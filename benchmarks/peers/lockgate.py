@@ -6,7 +6,7 @@ failures go to the dead-letter stream. Levels critical/normal/low (10:5:1), weig
 policy, streams backend; the worker is the ``lockgate worker`` command.
 
 The driver's lockgate variants change that through the environment, read at import:
-``BENCH_LG_IDEMPOTENT`` (1, or 0 for plain tasks), ``BENCH_LG_CONCURRENCY`` (32),
+``BENCH_LG_IDEMPOTENT`` (1, or 0 for plain tasks), ``BENCH_LG_CONCURRENCY`` (100),
 ``BENCH_LG_BACKEND`` (streams or sorted) and ``BENCH_LG_PROCESSES`` (1; the worker gets
 ``--processes N`` only when N > 1). ``BENCH_COUNT_ROUND_TRIPS=1`` counts the client's
 round trips (``benchmarks.roundtrips``).
@@ -22,7 +22,7 @@ from benchmarks import probe, roundtrips
 from benchmarks.peers.base import LOW_JOB_SECONDS, Adapter, Kind, Profile, env, namespace, python
 from lockgate import App
 
-CONCURRENCY_DEFAULT = 32  # drain at 8/16/32/64: 7.5k/9.6k/10.9k/11.6k jobs/s on this machine
+CONCURRENCY_DEFAULT = 100  # as BullMQ's worker in this benchmark (and the performance issue's runs)
 
 
 def _setting(name: str, default: str, allowed: tuple[str, ...] | None = None) -> str:
