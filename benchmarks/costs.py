@@ -63,6 +63,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="drains, each on a new server")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", help="sample the drain")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures")
+    parser.add_argument("--enqueue", nargs=2, metavar=("URL", "NAMESPACE"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -88,20 +89,38 @@ def sampler(out: Path) -> subprocess.Popen[bytes]:
     return process
 
 
-async def drain_once(url: str, args: argparse.Namespace, spy: Path | None) -> dict[str, Any]:
-    from lockgate import App, Worker, WorkerConfig
+def bench_app(url: str, namespace: str, idempotent: bool) -> tuple[Any, Any, list[int]]:
+    """The app, its no-op task, and the count of its runs (one item)."""
+    from lockgate import App
 
-    app = App(url, namespace=uuid.uuid4().hex, levels={"critical": 10, "normal": 5, "low": 1})
-    done = 0
+    app = App(url, namespace=namespace, levels={"critical": 10, "normal": 5, "low": 1})
+    done = [0]
 
-    @app.task(priority="normal", idempotent=args.idempotent)
+    @app.task(priority="normal", idempotent=idempotent)
     async def noop(n: int) -> None:
-        nonlocal done
-        done += 1
+        done[0] += 1
 
-    for first in range(0, args.jobs, BATCH):
-        end = min(args.jobs, first + BATCH)
+    return app, noop, done
+
+
+async def enqueue(url: str, namespace: str, jobs: int, idempotent: bool) -> None:
+    app, noop, _ = bench_app(url, namespace, idempotent)
+    for first in range(0, jobs, BATCH):
+        end = min(jobs, first + BATCH)
         await app.enqueue_many_async([noop.message(n) for n in range(first, end)])
+    await app.aclose()
+
+
+async def drain_once(url: str, args: argparse.Namespace, spy: Path | None) -> dict[str, Any]:
+    from lockgate import Worker, WorkerConfig
+
+    namespace = uuid.uuid4().hex
+    # Enqueued by a child process, so that a profiler of this one (py-spy, or valgrind's
+    # callgrind, which does not follow children) sees the drain alone.
+    argv = [sys.executable, "-m", "benchmarks.costs", "--enqueue", url, namespace]
+    argv += ["--jobs", str(args.jobs)] + (["--idempotent"] if args.idempotent else [])
+    subprocess.run(argv, check=True)
+    app, _, done_box = bench_app(url, namespace, args.idempotent)
     client = redis.Redis.from_url(url, client_name=roundtrips.PROBE_NAME)
     memory_queued = int(client.info("memory")["used_memory"])
     client.config_resetstat()
@@ -119,8 +138,8 @@ async def drain_once(url: str, args: argparse.Namespace, spy: Path | None) -> di
     memory_after = int(client.info("memory")["used_memory"])
     await app.aclose()
     client.close()
-    if done != args.jobs:
-        raise RuntimeError(f"{done} of {args.jobs} jobs ran")
+    if done_box[0] != args.jobs:
+        raise RuntimeError(f"{done_box[0]} of {args.jobs} jobs ran")
     n = args.jobs
     calls = {
         name.removeprefix("cmdstat_"): value["calls"] / n
@@ -188,6 +207,9 @@ def report(figures: dict[str, Any], spy: Path | None, cpu_us: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.enqueue:  # the child that enqueues for a drain
+        loop_runner()(enqueue(*args.enqueue, args.jobs, args.idempotent))
+        return
     import lockgate
 
     roundtrips.install()

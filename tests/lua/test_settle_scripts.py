@@ -15,9 +15,13 @@ import pytest
 import redis
 
 from conftest import LIVENESS_ARGS, wait_until_sync
+from lockgate.backend.broker import Delivery, Settlement, safe_call
 from lockgate.backend.keys import GROUP, Keys, SortedKeys
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
-from lockgate.backend.settling import batched_settles, unbatched
+from lockgate.backend.settling import batched_settles, compact_done, unbatched
+from lockgate.backend.stream_consumer import StreamConsumer
+from lockgate.core.config import Levels
+from lockgate.core.outcome import Outcome
 from lua.test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
 
 # Workers named here never beat: each counts as dead as it did before liveness.
@@ -813,7 +817,10 @@ def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
         ]  # fmt: skip
         calls.append(ScriptCall("settle_stream", script_keys, args))
     batches, spans = batched_settles(calls)
-    assert [call.script for call in batches] == ["settle_many"] and spans == [[0, 1, 2]]
+    # The two 'done' endings go in the compact form, the retry whole, each in a batch.
+    assert [(call.script, call.args[0]) for call in batches] == [
+        ("settle_many", "stream_done"), ("settle_many", "settle_stream")
+    ] and spans == [[0, 2], [1]]  # fmt: skip
     replies = unbatched(batches, scripts.run_each(batches), spans, 3)
     assert [int(v) for v in replies[0]] == [1, 0] and [int(v) for v in replies[2]] == [1, 0]
     assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
@@ -821,3 +828,58 @@ def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
     # The failed call acked its entry before its XADD raised (a script error is not
     # rolled back, in a batch or alone); the others settled whole.
     assert pending == [] and rclient.xlen(stream) == 0
+
+
+def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """Endings built by the consumer itself (StreamConsumer.settle_call), one with a claim
+    and one without: settled in settle_many's compact form, the server holds exactly what
+    the same calls sent one by one leave (entry, marker, status record, claim, done
+    marker), key for key."""
+    levels = Levels(weights={"low": 1})
+    consumer = StreamConsumer(
+        None, url="redis://", keys=keys, levels=levels, queues=["q"], consumer="c1"
+    )  # type: ignore[arg-type]
+    stream = keys.stream("q", "low")
+
+    def endings(suffix: str) -> list[ScriptCall]:
+        rclient.xgroup_create(stream + suffix, GROUP, id="0", mkstream=True)
+        calls = []
+        for job_id, claimed in (("a" + suffix, True), ("b" + suffix, False)):
+            entry = rclient.xadd(stream + suffix, {"job": "A"}).decode()
+            rclient.set(keys.job(job_id), f"{entry} q:low")
+            claim = keys.claim(Keys.job_claim_name("charge", job_id))
+            if claimed:
+                rclient.set(claim, "c:tok", px=LEASE_MS)
+            delivery = Delivery("q", 0, stream + suffix, entry, None, job_id=job_id)
+            settlement = Settlement(
+                delivery, Outcome("done", claim="done"), claim_key=claim if claimed else None,
+                claim_token="tok" if claimed else "", claim_ttl=TTL_MS / 1000,
+                done_prefix=keys.done_bucket_prefix, final=b'{"s":"done"}',
+                final_ttl_ms=TTL_MS,
+            )  # fmt: skip
+            calls.append(safe_call(consumer.settle_call(settlement)))
+        rclient.xreadgroup(GROUP, "c1", {stream + suffix: ">"}, count=2)
+        return calls
+
+    consumer._places[stream + ":2"] = ("q", 0)  # a second stream of the same level
+    whole, compact = endings(""), endings(":2")
+    assert all(compact_done(call) is not None for call in compact)
+    replies_whole = scripts.run_each(whole)
+    batches, spans = batched_settles(compact)
+    assert [call.args[0] for call in batches] == ["stream_done"]
+    replies_compact = unbatched(batches, scripts.run_each(batches), spans, 2)
+    assert [list(map(int, r)) for r in replies_whole] == [[1, 1], [1, 0]]
+    assert [list(map(int, r)) for r in replies_compact] == [[1, 1], [1, 0]]
+    for job in ("a", "b"):
+        for key in (keys.job, keys.status, keys.result):
+            assert rclient.get(key(job)) == rclient.get(key(job + ":2"))
+            assert (rclient.pttl(key(job)) > 0) == (rclient.pttl(key(job + ":2")) > 0)
+        assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", job)))
+        assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", job + ":2")))
+    assert rclient.get(keys.status("a")) == b'{"s":"done"}'
+    assert marked_done(rclient, keys.claim(Keys.job_claim_name("charge", "a")))
+    assert marked_done(rclient, keys.claim(Keys.job_claim_name("charge", "a:2")))
+    for name in (stream, stream + ":2"):
+        assert rclient.xlen(name) == 0 and rclient.xpending(name, GROUP)["pending"] == 0
