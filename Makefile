@@ -65,3 +65,4 @@ bench: install
 bench-smoke: install
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.partitions --smoke
+	$(BIN)/python -m benchmarks.gate

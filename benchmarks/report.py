@@ -159,6 +159,23 @@ def chart(results: dict[str, Any], out: Path) -> str:
     return f"chart: {out / 'results.png'}"
 
 
+# Sections of RESULTS.md that other commands write (``benchmarks.partitions``,
+# ``benchmarks.gate --record``): a run of the peers keeps them as they are.
+KEPT_SECTIONS = ("## Partitions on a 3-primary cluster", "## Regression gate")
+
+
+def kept_sections(text: str) -> str:
+    """The sections of ``text`` that a run of the peers keeps, in their order (pure)."""
+    kept = []
+    for heading in KEPT_SECTIONS:
+        at = text.find(heading + "\n")
+        if at < 0:
+            continue
+        end = text.find("\n## ", at + len(heading))
+        kept.append(text[at : end + 1 if end >= 0 else len(text)].rstrip("\n") + "\n")
+    return "\n".join(kept)
+
+
 def write(results: dict[str, Any], out: Path, console: Console) -> None:
     """Print the table; write results.json, RESULTS.md and results.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -177,5 +194,7 @@ def write(results: dict[str, Any], out: Path, console: Console) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results["chart"] = chart(results, out)
     console.print(results["chart"])
-    (out / "RESULTS.md").write_text(markdown(results))
+    written = out / "RESULTS.md"
+    kept = kept_sections(written.read_text()) if written.exists() else ""
+    written.write_text(markdown(results).rstrip("\n") + ("\n\n" + kept if kept else "\n"))
     console.print(f"wrote {out / 'results.json'} and {out / 'RESULTS.md'}")
