@@ -43,6 +43,7 @@ class ActivityRecorder:
         self._levels = tuple(levels)
         self._lock = threading.Lock()
         self._counts: Counts = {}
+        self._names: dict[tuple[str, str, str], str] = {}  # counter names, built once
 
     def _level(self, index: int) -> str:
         return self._levels[index] if 0 <= index < len(self._levels) else str(index)
@@ -68,7 +69,9 @@ class ActivityRecorder:
     def count(self, stat: str, queue: str, level: str, at: float, amount: int = 1) -> None:
         """Add ``amount`` to counter ``stat`` of a queue and level, in the minute of Unix
         time ``at``."""
-        name = counter_name(stat, queue, level)
+        name = self._names.get((stat, queue, level))
+        if name is None:
+            name = self._names[stat, queue, level] = counter_name(stat, queue, level)
         with self._lock:
             fields = self._counts.setdefault(minute_of(at), {})
             fields[name] = fields.get(name, 0) + amount

@@ -45,6 +45,9 @@ class Watchers:
     def __len__(self) -> int:
         return len(self._watchers)
 
+    def __bool__(self) -> bool:  # asked twice per job: no len() call
+        return bool(self._watchers)
+
     def started(self, delivery: Delivery, now: float) -> None:
         for watcher in self._watchers:
             try:

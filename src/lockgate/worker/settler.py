@@ -71,13 +71,17 @@ def settlement(app: App, ending: Ending) -> Settlement:
 
 
 def wire_call(consumer: Consumer, app: App, ending: Ending) -> ScriptCall:
-    """The settle call of an ending, its text already bytes (nothing fails at send time).
+    """The settle call of an ending, nothing in it that fails at send time.
 
-    A value that cannot become a call (the next attempt no longer encodes, say) turns the
-    ending into a dead letter that says so, rather than a call that fails for ever.
+    A dead letter's text (an error message, a traceback) may hold anything: it goes as
+    escaped bytes (:func:`safe_call`). The other endings' arguments are lockgate's own
+    (ids, tokens, numbers, encoded records), so they are not scanned one by one. A value
+    that cannot become a call (the next attempt no longer encodes, say) turns the ending
+    into a dead letter that says so, rather than a call that fails for ever.
     """
     try:
-        return safe_call(consumer.settle_call(settlement(app, ending)))
+        call = consumer.settle_call(settlement(app, ending))
+        return safe_call(call) if ending.outcome.kind == "dead" else call
     except LockgateError as e:
         log.error("job %s: its ending cannot be written (%s); dead-lettering it",
                   ending.delivery.job_id, e)  # fmt: skip
