@@ -18,7 +18,8 @@ from conftest import LIVENESS_ARGS, wait_until_sync
 from lockgate.backend.broker import Delivery, Settlement, safe_call
 from lockgate.backend.keys import GROUP, Keys, SortedKeys
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
-from lockgate.backend.settling import batched_settles, compact_done, unbatched
+from lockgate.backend.settling import batched_settles, unbatched
+from lockgate.backend.settling import compact as is_compact
 from lockgate.backend.stream_consumer import StreamConsumer
 from lockgate.core.config import Levels
 from lockgate.core.outcome import Outcome
@@ -817,10 +818,10 @@ def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
         ]  # fmt: skip
         calls.append(ScriptCall("settle_stream", script_keys, args))
     batches, spans = batched_settles(calls)
-    # The two 'done' endings go in the compact form, the retry whole, each in a batch.
+    # Whole calls of one stream: one batch, in their order.
     assert [(call.script, call.args[0]) for call in batches] == [
-        ("settle_many", "stream_done"), ("settle_many", "settle_stream")
-    ] and spans == [[0, 2], [1]]  # fmt: skip
+        ("settle_many", "settle_stream")
+    ] and spans == [[0, 1, 2]]  # fmt: skip
     replies = unbatched(batches, scripts.run_each(batches), spans, 3)
     assert [int(v) for v in replies[0]] == [1, 0] and [int(v) for v in replies[2]] == [1, 0]
     assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
@@ -833,10 +834,10 @@ def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
 def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
-    """Endings built by the consumer itself (StreamConsumer.settle_call), one with a claim
-    and one without: settled in settle_many's compact form, the server holds exactly what
-    the same calls sent one by one leave (entry, marker, status record, claim, done
-    marker), key for key."""
+    """Endings built by the consumer itself, one with a claim and one without: settled in
+    settle_many's compact form (StreamConsumer.settle_call), the server holds exactly what
+    the whole calls (whole_settle_call) sent one by one leave (entry, marker, status
+    record, claim, done marker), key for key."""
     levels = Levels(weights={"low": 1})
     consumer = StreamConsumer(
         None, url="redis://", keys=keys, levels=levels, queues=["q"], consumer="c1"
@@ -859,13 +860,15 @@ def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
                 done_prefix=keys.done_bucket_prefix, final=b'{"s":"done"}',
                 final_ttl_ms=TTL_MS,
             )  # fmt: skip
-            calls.append(safe_call(consumer.settle_call(settlement)))
+            build = consumer.settle_call if suffix else consumer.whole_settle_call
+            calls.append(safe_call(build(settlement)))
         rclient.xreadgroup(GROUP, "c1", {stream + suffix: ">"}, count=2)
         return calls
 
     consumer._places[stream + ":2"] = ("q", 0)  # a second stream of the same level
     whole, compact = endings(""), endings(":2")
-    assert all(compact_done(call) is not None for call in compact)
+    assert all(call.script == "settle_stream" for call in whole)
+    assert all(is_compact(call) for call in compact)
     replies_whole = scripts.run_each(whole)
     batches, spans = batched_settles(compact)
     assert [call.args[0] for call in batches] == ["stream_done"]

@@ -5,52 +5,59 @@ instead of one per job, each ending applied exactly as its own call would be."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import redis
 
-from lockgate.backend.broker import text, translated_replies
+from lockgate.backend.broker import Settlement, text, translated_replies
 from lockgate.backend.faults import translated
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 
 # Settle calls per ``settle_many`` call: about 15 us of server time each, so a batch
 # holds the server for a few milliseconds at most.
 SETTLE_BATCH = 200
-# A streams ending in the compact form: entry id, job id, final record, claim name,
-# claim token, claim action, claim TTL (see lua/settle_many.lua, 'stream_done').
-DoneEnding = tuple[Arg, str, Arg, str, Arg, Arg, Arg]
+# The compact form of a streams ending (see lua/settle_many.lua, 'stream_done'): a
+# settle_many call of one ending, which batched_settles merges with the others of its
+# stream. KEYS: the stream, its delayed set, the dead-letter stream, the wake stream;
+# ARGV: 'stream_done', group, consumer, key prefix, done-marker buckets' prefix, final
+# record TTL (what a batch shares once), then the ending's own values (COMPACT_VALUES).
+STREAM_DONE = "stream_done"
+SHARED_ARGS = 5
+# Entry id, job id, final record, claim name, claim token, claim action, claim TTL.
+COMPACT_VALUES = 7
 
 
-def compact_done(call: ScriptCall) -> tuple[tuple[Any, ...], DoneEnding] | None:
-    """A ``settle_stream`` call (as ``StreamConsumer.settle_call`` lays it out) in the
-    compact form of ``settle_many``, when it has one (pure): an ending ``done`` with no
-    result record and no older claim names. Returns what the calls of one compact batch
-    must share (keys, group, consumer, key prefix, done prefix, final TTL) and the
-    ending's own values; None for any other call. The job's keys are checked against
-    the ones the script will build from the prefix and the job id, so a call that does
-    not fit goes whole.
+def compact_ending(settlement: Settlement, prefix: str) -> list[Arg] | None:
+    """The values of a streams ending in the compact form, when it has one (pure): an
+    ending ``done`` with no retry, result record, dead letter, string marker or older claim
+    names, whose job id names its keys, and whose claim (if any) is under ``prefix``'s
+    ``:idem:`` keys. The script builds the job's keys (``<prefix>:job:<id>``, ``:result:``,
+    ``:status:``) and the claim's (``<prefix>:idem:<name>``) as Keys does. None for any
+    other ending: it goes whole.
     """
-    keys, args = call.keys, call.args
-    if call.script != "settle_stream" or len(args) != 18 or args[3] != "done":
+    delivery, outcome = settlement.delivery, settlement.outcome
+    if outcome.kind != "done" or outcome.next_job is not None or settlement.result:
         return None
-    if len(keys) not in (7, 8) or args[7] or args[9] or args[10] or args[16]:
-        return None  # older names' markers, string markers, a retry's job, a result
-    stream, marker = keys[0], keys[1]
-    prefix = stream.rpartition(":stream:")[0]
-    job_id = marker[len(prefix) + 5 :]
-    if not prefix or marker != f"{prefix}:job:{job_id}":
+    if settlement.legacy_markers or settlement.legacy_done or settlement.record:
         return None
-    if keys[5] != f"{prefix}:result:{job_id}" or keys[6] != f"{prefix}:status:{job_id}":
-        return None
-    # Unused without a claim: the namespace's own, so such endings share a batch with
-    # the claimed ones (Keys.done_bucket_prefix).
-    claim, done_prefix = "", cast(Arg, f"{prefix}:done:")
-    if len(keys) == 8:
-        claim, done_prefix = keys[7].removeprefix(f"{prefix}:idem:"), args[8]
-        if claim == keys[7]:
+    job = delivery.job
+    if job is not None and job.id != delivery.job_id:
+        return None  # the marker and the records would be named by different ids
+    claim, token, action, ttl = "", "", "keep", 0
+    if settlement.claim_key is not None:
+        if settlement.legacy_claim_key is not None or settlement.older_claim_key is not None:
             return None
-    shared = (*keys[:1], *keys[2:5], args[0], args[1], prefix, done_prefix, args[15])
-    return shared, (args[2], job_id, args[14], claim, args[4], args[5], args[6])
+        idem = f"{prefix}:idem:"
+        if not settlement.claim_key.startswith(idem):
+            return None
+        claim, token = settlement.claim_key[len(idem) :], settlement.claim_token
+        action, ttl = outcome.claim, max(1, round(settlement.claim_ttl * 1000))
+    return [delivery.ref, delivery.job_id, settlement.final, claim, token, action, ttl]
+
+
+def compact(call: ScriptCall) -> bool:
+    """Whether a settle call is in the compact form (see :func:`compact_ending`)."""
+    return call.script == "settle_many" and call.args[0] == STREAM_DONE
 
 
 def batched_settles(calls: Sequence[ScriptCall]) -> tuple[list[ScriptCall], list[list[int]]]:
@@ -58,17 +65,15 @@ def batched_settles(calls: Sequence[ScriptCall]) -> tuple[list[ScriptCall], list
 
     Calls of one stream (or sorted queue: the same first key) share a partition, hence a
     cluster slot, and go into one call, in their order, at most :data:`SETTLE_BATCH` a
-    call: the compact form for the streams endings that have one (:func:`compact_done`),
+    call: the compact form for the streams endings that have one (:func:`compact_ending`),
     the whole calls for the others; a call of a script that has no batched form goes as
     it is. Returns the calls to send and, for each, the positions of the calls it carries.
     """
     groups: dict[tuple[Any, ...], list[int]] = {}
-    compact: dict[int, DoneEnding] = {}
     for i, call in enumerate(calls):
-        done = compact_done(call)
-        if done is not None:
-            compact[i] = done[1]
-            groups.setdefault(("stream_done", *done[0]), []).append(i)
+        if compact(call):
+            shared = call.args[1 : 1 + SHARED_ARGS]
+            groups.setdefault((STREAM_DONE, *call.keys, *shared), []).append(i)
         else:
             groups.setdefault((call.script, call.keys[0]), []).append(i)
     batches: list[ScriptCall] = []
@@ -77,15 +82,15 @@ def batched_settles(calls: Sequence[ScriptCall]) -> tuple[list[ScriptCall], list
         script = group[0]
         for start in range(0, len(positions), SETTLE_BATCH):
             span = positions[start : start + SETTLE_BATCH]
-            if script not in ("settle_stream", "settle_sorted", "stream_done"):
+            if script not in ("settle_stream", "settle_sorted", STREAM_DONE):
                 batches += [calls[i] for i in span]
                 spans += [[i] for i in span]
                 continue
             spans.append(span)
-            if script == "stream_done":
-                args: list[Arg] = ["stream_done", *group[5:]]
+            if script == STREAM_DONE:
+                args: list[Arg] = [STREAM_DONE, *group[5:]]
                 for i in span:
-                    args += compact[i]
+                    args += calls[i].args[1 + SHARED_ARGS :]
                 batches.append(ScriptCall("settle_many", list(group[1:5]), args))
                 continue
             keys: list[str] = []

@@ -26,7 +26,7 @@ from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import GROUP, Keys
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
-from lockgate.backend.settling import settle_async
+from lockgate.backend.settling import STREAM_DONE, compact_ending, settle_async
 from lockgate.core import codec
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels
@@ -205,6 +205,24 @@ class StreamConsumer:
         return self._keys.job(delivery.job.id if delivery.job else delivery.job_id)
 
     def settle_call(self, settlement: Settlement) -> ScriptCall:
+        """The settle call of an ending: in the compact form when it has one (see
+        :func:`compact_ending`), else whole (:meth:`whole_settle_call`)."""
+        compact = compact_ending(settlement, self._keys.prefix)
+        if compact is None:
+            return self.whole_settle_call(settlement)
+        queue, level = self._places[settlement.delivery.source]
+        shared: list[Arg] = [
+            GROUP, self._consumer, self._keys.prefix,
+            settlement.done_prefix or self._keys.done_bucket_prefix, settlement.final_ttl_ms,
+        ]  # fmt: skip
+        keys = [
+            settlement.delivery.source, self._keys.delayed(queue, self._levels.names[level]),
+            self._keys.dead(), self._keys.wake(),
+        ]  # fmt: skip
+        return ScriptCall("settle_many", keys, [STREAM_DONE, *shared, *compact])
+
+    def whole_settle_call(self, settlement: Settlement) -> ScriptCall:
+        """The ``settle_stream`` call of any ending (``lua/settle_stream.lua``)."""
         delivery, outcome = settlement.delivery, settlement.outcome
         queue, level = self._places[delivery.source]
         keys = [

@@ -477,7 +477,13 @@ def _fits(plain: _Plain, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool
     positional = len(args)
     if positional > len(plain.names):
         return False
+    if not kwargs:  # the common case, without building anything
+        return positional >= plain.required
     rest = plain.names[positional:]
-    if any(name not in rest for name in kwargs):
-        return False
-    return all(name in kwargs for name in rest[: max(0, plain.required - positional)])
+    for name in kwargs:
+        if name not in rest:
+            return False
+    for name in rest[: max(0, plain.required - positional)]:
+        if name not in kwargs:
+            return False
+    return True

@@ -114,6 +114,33 @@ class JobContext:
     # Event costs a Condition and a lock per run, and nothing waits on this).
     _cancel: list[bool] = field(default_factory=list, repr=False)
 
+    @classmethod
+    def of_run(
+        cls,
+        job_id: str,
+        task: str,
+        queue: str,
+        level: str,
+        attempt: int,
+        enqueued: float,
+        *,
+        app: object,
+        retry_window: float,
+        idempotency_ttl: float,
+        holder: Holder | None,
+        steps: StepClaims | None,
+    ) -> JobContext:
+        """The context of a worker's run, as the constructor would build it, without a
+        frozen dataclass's ``object.__setattr__`` per field (1.8 us a job, against 0.65)."""
+        context = object.__new__(cls)
+        context.__dict__.update(
+            job_id=job_id, task=task, queue=queue, level=level, attempt=attempt,
+            enqueued=enqueued, app=app, retry_window=retry_window,
+            idempotency_ttl=idempotency_ttl, claimed_keys=set(), done_markers=[],
+            holder=holder, steps=steps, _cancel=[],
+        )  # fmt: skip
+        return context
+
     @property
     def cancelled(self) -> bool:
         """Whether ``App.cancel`` asked this run to stop (see the class docstring)."""

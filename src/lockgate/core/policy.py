@@ -8,6 +8,7 @@ The policy then learns what the read really took and which levels ran dry.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -64,11 +65,15 @@ class WeightedPolicy:
 
     def plan(self, free: int) -> list[int]:
         quotas = [0] * len(self._step)
-        clock = list(self._clock)
+        # Each level's clock after serving it once more, ties to the higher level: a heap
+        # of (that clock, level), one pop and push per slot.
+        step = self._step
+        heap = [(clock + step[i], i) for i, clock in enumerate(self._clock)]
+        heapq.heapify(heap)
         for _ in range(free):
-            best = min(range(len(clock)), key=lambda i: (clock[i] + self._step[i], i))
+            after, best = heap[0]
             quotas[best] += 1
-            clock[best] += self._step[best]
+            heapq.heapreplace(heap, (after + step[best], best))
         return quotas
 
     def record(self, taken: Sequence[int], exhausted: Sequence[bool]) -> None:

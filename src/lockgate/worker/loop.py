@@ -291,7 +291,7 @@ class Worker:
             self._fatal = error
         self._stop_now()
         if self._settler is not None:
-            self._settler.closing.set()
+            self._settler.close()
 
     # the loop
 
@@ -535,7 +535,7 @@ class Worker:
             await asyncio.gather(*late, return_exceptions=True)
         # Helpers are told to finish, not cancelled: a cancellation landing inside a Redis
         # call can be absorbed by the client and leave the helper waiting forever.
-        self._settler.closing.set()
+        self._settler.close()
         flush_limit = FORCED_FLUSH if self._runner.forced.is_set() else self.config.grace_seconds
         settler_task = helpers[0]
         await asyncio.wait({settler_task}, timeout=max(flush_limit, 0.5))

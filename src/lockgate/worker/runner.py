@@ -240,7 +240,7 @@ class JobRunner:
             held = await self._rate_limited(task, task.rate_limit, delivery)
             if held is not None:  # its read claim, if any, is let go (with_read_claim)
                 return Ending(delivery, held, task=task)
-        context = JobContext(
+        context = JobContext.of_run(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
             holder=self.holder, steps=self._steps,

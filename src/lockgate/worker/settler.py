@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 from lockgate.api.app import App
 from lockgate.backend import dead_store
@@ -108,8 +107,13 @@ class Settler:
         self._queue: list[tuple[Ending, ScriptCall]] = []
         self._inflight: list[tuple[Ending, ScriptCall]] = []
         self._wake = asyncio.Event()
-        self.closing = asyncio.Event()
+        self.closing = asyncio.Event()  # set by close()
         self.failures = 0
+
+    def close(self) -> None:
+        """Finish: apply what is queued, then return from :meth:`run`."""
+        self.closing.set()
+        self._wake.set()
 
     def add(self, ending: Ending) -> None:
         """Queue an ending (an abandoned one only has its claim to release, if any)."""
@@ -135,7 +139,7 @@ class Settler:
                 if self.closing.is_set():
                     return
                 self._wake.clear()
-                await _first(self._wake.wait(), self.closing.wait())
+                await self._wake.wait()  # an ending, or close()
                 continue
             fault = await self.flush()
             if fault is None:
@@ -225,13 +229,3 @@ class Settler:
             return
         if ending.claim is not None:
             self._app.lease_keeper.remove(ending.claim)
-
-
-async def _first(*waits: Any) -> None:
-    """Wait until the first of some awaitables is done; cancel the rest."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
