@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lockgate.core.activity import (
+    BOUNDS,
     KEEP_MINUTES,
     WAIT,
     Counts,
@@ -44,6 +45,7 @@ class ActivityRecorder:
         self._lock = threading.Lock()
         self._counts: Counts = {}
         self._names: dict[tuple[str, str, str], str] = {}  # counter names, built once
+        self._waits = [f"{WAIT}{bucket}" for bucket in range(len(BOUNDS) + 1)]
 
     def _level(self, index: int) -> str:
         return self._levels[index] if 0 <= index < len(self._levels) else str(index)
@@ -54,7 +56,7 @@ class ActivityRecorder:
         if job is None or job.attempt != 1 or job.waits or delivery.deliveries != 1:
             return
         if job.enqueued > 0:
-            wait = f"{WAIT}{bucket_of(max(0.0, now - job.enqueued))}"
+            wait = self._waits[bucket_of(max(0.0, now - job.enqueued))]
             self.count(wait, delivery.queue, self._level(delivery.level), now)
 
     def settled(self, ending: Ending, owned: bool) -> None:
@@ -69,11 +71,15 @@ class ActivityRecorder:
     def count(self, stat: str, queue: str, level: str, at: float, amount: int = 1) -> None:
         """Add ``amount`` to counter ``stat`` of a queue and level, in the minute of Unix
         time ``at``."""
-        name = self._names.get((stat, queue, level))
+        key = (stat, queue, level)
+        name = self._names.get(key)
         if name is None:
-            name = self._names[stat, queue, level] = counter_name(stat, queue, level)
+            name = self._names[key] = counter_name(stat, queue, level)
+        minute = minute_of(at)
         with self._lock:
-            fields = self._counts.setdefault(minute_of(at), {})
+            fields = self._counts.get(minute)
+            if fields is None:
+                fields = self._counts[minute] = {}
             fields[name] = fields.get(name, 0) + amount
 
     def take(self) -> Counts:

@@ -433,7 +433,9 @@ class Worker:
                         delivery.job_id, job.task if job else "?",
                         job.attempt if job else 0, ending.outcome.error.type,
                         ending.outcome.error.message, ending.outcome.delay)  # fmt: skip
-        self._settler.add(await cancels.unless_cancelled(self.app.store, ending))
+        if ending.outcome.kind == "retry":  # a put-back whose job was cancelled meanwhile
+            ending = await cancels.unless_cancelled(self.app.store, ending)
+        self._settler.add(ending)
 
     def _applied(self, ending: Ending, owned: bool) -> None:
         self._wake.set()  # a slot may be free, and a burst worker may be done
