@@ -16,7 +16,6 @@ from lockgate.core.codec import Job
 from lockgate.core.outcome import Outcome
 
 KEYS = Keys("ns")
-PREFIX = KEYS.prefix
 CLAIM = KEYS.claim(Keys.job_claim_name("charge", "j1"))
 
 
@@ -31,11 +30,11 @@ def settlement(**changes: Any) -> Settlement:
 
 
 def test_a_done_ending_with_a_claim_and_one_without_are_compact() -> None:
-    claimed = compact_ending(settlement(), PREFIX)
+    claimed = compact_ending(settlement(), KEYS)
     assert claimed is not None and len(claimed) == COMPACT_VALUES
     assert claimed == ["1-1", "j1", b"{}", Keys.job_claim_name("charge", "j1"), "tok", "done",
                        2500]  # fmt: skip
-    plain = compact_ending(settlement(claim_key=None, claim_token=""), PREFIX)
+    plain = compact_ending(settlement(claim_key=None, claim_token=""), KEYS)
     assert plain == ["1-1", "j1", b"{}", "", "", "keep", 0]
 
 
@@ -59,10 +58,10 @@ def test_a_done_ending_with_a_claim_and_one_without_are_compact() -> None:
     ),
 )
 def test_anything_the_compact_form_cannot_carry_goes_whole(changes: dict[str, Any]) -> None:
-    assert compact_ending(settlement(**changes), PREFIX) is None
+    assert compact_ending(settlement(**changes), KEYS) is None
 
 
 def test_a_job_whose_id_differs_from_its_deliverys_goes_whole() -> None:
     job = Job(id="other", task="charge", queue="q", level="low")
     delivery = Delivery("q", 0, KEYS.stream("q", "low"), "1-1", job, job_id="j1")
-    assert compact_ending(settlement(delivery=delivery), PREFIX) is None
+    assert compact_ending(settlement(delivery=delivery), KEYS) is None

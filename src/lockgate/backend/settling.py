@@ -11,6 +11,7 @@ import redis
 
 from lockgate.backend.broker import Settlement, text, translated_replies
 from lockgate.backend.faults import translated
+from lockgate.backend.keys import Keys
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 
 # Settle calls per ``settle_many`` call: about 15 us of server time each, so a batch
@@ -27,12 +28,13 @@ SHARED_ARGS = 5
 COMPACT_VALUES = 7
 
 
-def compact_ending(settlement: Settlement, prefix: str) -> list[Arg] | None:
+def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
     """The values of a streams ending in the compact form, when it has one (pure): an
     ending ``done`` with no retry, result record, dead letter, string marker or older claim
-    names, whose job id names its keys, and whose claim (if any) is under ``prefix``'s
-    ``:idem:`` keys. The script builds the job's keys (``<prefix>:job:<id>``, ``:result:``,
-    ``:status:``) and the claim's (``<prefix>:idem:<name>``) as Keys does. None for any
+    names, whose job id names its keys, and whose claim (if any) is one of ``keys``'
+    claim keys (:meth:`Keys.claim`). The script builds the job's keys
+    (``<prefix>:job:<id>``, ``:result:``, ``:status:``) and the claim's
+    (``<prefix>:idem:<name>``) as Keys does. None for any
     other ending: it goes whole.
     """
     delivery, outcome = settlement.delivery, settlement.outcome
@@ -47,7 +49,7 @@ def compact_ending(settlement: Settlement, prefix: str) -> list[Arg] | None:
     if settlement.claim_key is not None:
         if settlement.legacy_claim_key is not None or settlement.older_claim_key is not None:
             return None
-        idem = f"{prefix}:idem:"
+        idem = keys.claim("")
         if not settlement.claim_key.startswith(idem):
             return None
         claim, token = settlement.claim_key[len(idem) :], settlement.claim_token

@@ -207,7 +207,7 @@ class StreamConsumer:
     def settle_call(self, settlement: Settlement) -> ScriptCall:
         """The settle call of an ending: in the compact form when it has one (see
         :func:`compact_ending`), else whole (:meth:`whole_settle_call`)."""
-        compact = compact_ending(settlement, self._keys.prefix)
+        compact = compact_ending(settlement, self._keys)
         if compact is None:
             return self.whole_settle_call(settlement)
         queue, level = self._places[settlement.delivery.source]
