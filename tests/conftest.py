@@ -22,7 +22,7 @@ import redis
 from redis.connection import parse_url
 
 from lockgate import App, Worker, WorkerConfig
-from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.keys import GROUP, Keys, status_shard
 from lockgate.backend.lua import SyncScripts
 from lockgate.backend.partitions import Layout
 from lockgate.integrations.embedded import EmbeddedServer
@@ -231,6 +231,19 @@ async def running(
 def job_ended(client: Any, keys: Keys, job_id: str) -> bool:
     """Whether a job's id is free: its marker is gone (see ``lua/_marker.lua``)."""
     return not client.exists(keys.job(job_id))
+
+
+def kept_status(client: Any, keys: Keys, job_id: str) -> bytes | None:
+    """A job's final record as the scripts keep it (``lua/_status.lua``), read the way
+    they read it: the newest live window's hash of its shard; None when none is kept."""
+    seconds, micros = client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    starts = client.zrangebyscore(keys.statuses(), f"({now_ms}", "+inf")
+    for start in sorted((int(s) for s in starts), reverse=True):
+        record = client.hget(f"{keys.statuses()}:{start}:{status_shard(job_id)}", job_id)
+        if record is not None:
+            return bytes(record)
+    return None
 
 
 # ARGV quiet ms, gap ms of the scripts that take jobs from other workers (_liveness.lua).

@@ -153,6 +153,11 @@ async def test_a_final_status_is_kept_status_ttl_then_reads_unknown(
     await wait_until(lambda: r.status() == "unknown", timeout=30, message="status expired")
     client = app.client()
     assert client.exists(app.keys.job(r.job_id), app.keys.status(r.job_id)) == 0  # no trace
+    # The window's hash and the index expire with the record (ttl + an eighth at most).
+    await wait_until(
+        lambda: not list(client.scan_iter(match=app.keys.statuses() + "*")),
+        message="the records' hash and index expired",
+    )
 
 
 async def test_without_status_ttl_an_ended_job_leaves_no_key(
@@ -167,7 +172,9 @@ async def test_without_status_ttl_an_ended_job_leaves_no_key(
     r = noop.enqueue()
     await worker_for(app).run(burst=True)
     assert r.status() == "unknown"
-    assert app.client().exists(app.keys.job(r.job_id), app.keys.status(r.job_id)) == 0
+    client = app.client()
+    assert client.exists(app.keys.job(r.job_id), app.keys.status(r.job_id)) == 0
+    assert not list(client.scan_iter(match=app.keys.statuses() + "*"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

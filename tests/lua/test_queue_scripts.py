@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from conftest import LIVENESS_ARGS, unacked_reads
-from lockgate.backend.keys import GROUP, Keys, SortedKeys
+from lockgate.backend.keys import GROUP, Keys, SortedKeys, status_shard
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
 
 # Workers named here never beat: each counts as dead as it did before liveness.
@@ -151,8 +151,12 @@ def purge_stream(
     """purge_stream of some entries of jobs enqueued by :func:`enqueue`, as a purge calls
     it: with the marker of each entry's job (read before the call)."""
     by_entry = {e: json.loads(f[b"job"])["id"] for e, f in rclient.xrange(stream)}
-    records = [k for entry in entries for k in keys.job_record_keys(by_entry.get(entry, ""))]
-    return int(run(scripts, "purge_stream", [stream, *records], [GROUP, *entries]))
+    script_keys, args = [stream, keys.statuses()], [GROUP]
+    for entry in entries:
+        job_id = by_entry.get(entry, "")
+        script_keys += keys.job_record_keys(job_id)
+        args += [entry, job_id, status_shard(job_id)]
+    return int(run(scripts, "purge_stream", script_keys, args))
 
 
 @pytest.fixture
@@ -192,8 +196,8 @@ def test_purge_stream_deletes_only_a_marker_that_names_the_entry(
     rclient.set(keys.job("a"), "delayed 1 mail:normal")  # another job under the id now
     undecodable = rclient.xadd(mail, {"job": b"\xff not json"})
     # The id of an entry that cannot be decoded is unknown: the marker of the id ''.
-    args = [GROUP, entry, undecodable]
-    script_keys = [mail, *keys.job_record_keys("a"), *keys.job_record_keys("")]
+    args = [GROUP, entry, "a", status_shard("a"), undecodable, "", status_shard("")]
+    script_keys = [mail, keys.statuses(), *keys.job_record_keys("a"), *keys.job_record_keys("")]
     assert run(scripts, "purge_stream", script_keys, args) == 2
     assert rclient.xlen(mail) == 0
     assert rclient.get(keys.job("a")) == b"delayed 1 mail:normal"
@@ -202,8 +206,9 @@ def test_purge_stream_deletes_only_a_marker_that_names_the_entry(
 def test_purge_stream_of_a_missing_stream_deletes_nothing(
     scripts: SyncScripts, keys: Keys, mail: str
 ) -> None:
-    script_keys = [mail, *keys.job_record_keys("a")]
-    assert run(scripts, "purge_stream", script_keys, [GROUP, "1-0"]) == 0
+    script_keys = [mail, keys.statuses(), *keys.job_record_keys("a")]
+    args = [GROUP, "1-0", "a", status_shard("a")]
+    assert run(scripts, "purge_stream", script_keys, args) == 0
 
 
 def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
@@ -213,9 +218,10 @@ def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
     sorted_enqueue(scripts, keys, q, "run", "a", "b", "c")
     assert take(scripts, keys, q, limit=1) == [b"run"]
     ids = ["run", "a", "b"]
-    script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners]
+    script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners, keys.statuses()]
     records = [k for job_id in ids for k in keys.job_record_keys(job_id)]
-    assert run(scripts, "purge_sorted", [*script_keys, *records], ids) == 2
+    args = [v for job_id in ids for v in (job_id, status_shard(job_id))]
+    assert run(scripts, "purge_sorted", [*script_keys, *records], args) == 2
     assert rclient.zrange(q.waiting, 0, -1) == [b"c"]
     assert rclient.zrange(q.inflight, 0, -1) == [b"run"]
     assert sorted(rclient.hkeys(q.payloads)) == [b"c", b"run"]
@@ -225,5 +231,4 @@ def test_purge_sorted_deletes_waiting_jobs_and_leaves_taken_ones(
         "run", "c"
     ]  # fmt: skip
     # A second chunk of the same ids finds nothing left.
-    records = [k for job_id in ids for k in keys.job_record_keys(job_id)]
-    assert run(scripts, "purge_sorted", [*script_keys, *records], ids) == 0
+    assert run(scripts, "purge_sorted", [*script_keys, *records], args) == 0

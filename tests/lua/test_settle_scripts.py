@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import LIVENESS_ARGS, wait_until_sync
+from conftest import LIVENESS_ARGS, kept_status, wait_until_sync
 from lockgate.backend.broker import Delivery, Settlement, safe_call
-from lockgate.backend.keys import GROUP, Keys, SortedKeys
+from lockgate.backend.keys import GROUP, Keys, SortedKeys, status_shard
 from lockgate.backend.lua import ScriptCall, SyncScripts, source
 from lockgate.backend.settling import batched_settles, unbatched
 from lockgate.backend.settling import compact as is_compact
@@ -124,7 +124,7 @@ class StreamJob:
         keys = self.keys
         script_keys = [
             self.stream, self.marker, self.delayed, keys.dead(), keys.wake(), keys.result("a"),
-            keys.status("a"),
+            keys.statuses(),
         ]  # fmt: skip
         if claim is not None:
             script_keys.append(claim)
@@ -133,7 +133,7 @@ class StreamJob:
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
             keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
-            final, final_ttl_ms, result, result_ttl_ms,
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -440,14 +440,14 @@ class SortedJob:
         q = self.q
         script_keys = [
             q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
-            self.keys.dead(), q.wake, self.marker, self.keys.result("a"), self.keys.status("a"),
+            self.keys.dead(), q.wake, self.marker, self.keys.result("a"), self.keys.statuses(),
         ]  # fmt: skip
         if claim is not None:
             script_keys.append(claim)
         args: list[Any] = [
             "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
             int(strings), next_job, delay_ms, boost_us, max_len, 0,
-            final, final_ttl_ms, result, result_ttl_ms,
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -810,11 +810,11 @@ def test_settle_many_applies_each_call_in_order_and_keeps_a_failing_one_apart(
         kind, wake = ("retry", wrong_wake) if n == 1 else ("done", keys.wake())
         script_keys = [
             stream, keys.job(job), keys.delayed("q", "low"), keys.dead(), wake,
-            keys.result(job), keys.status(job),
+            keys.result(job), keys.statuses(),
         ]  # fmt: skip
         args: list[Any] = [
             GROUP, "c1", entry, kind, "", "keep", TTL_MS, "", keys.done_bucket_prefix, 0,
-            b"next" if kind == "retry" else b"", 0, 0, 0, b"", 0, b"", 0,
+            b"next" if kind == "retry" else b"", 0, 0, 0, b"", 0, job, "", b"", 0,
         ]  # fmt: skip
         calls.append(ScriptCall("settle_stream", script_keys, args))
     batches, spans = batched_settles(calls)
@@ -876,12 +876,13 @@ def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
     assert [list(map(int, r)) for r in replies_whole] == [[1, 1], [1, 0]]
     assert [list(map(int, r)) for r in replies_compact] == [[1, 1], [1, 0]]
     for job in ("a", "b"):
-        for key in (keys.job, keys.status, keys.result):
+        for key in (keys.job, keys.result):
             assert rclient.get(key(job)) == rclient.get(key(job + ":2"))
             assert (rclient.pttl(key(job)) > 0) == (rclient.pttl(key(job + ":2")) > 0)
+        assert kept_status(rclient, keys, job) == kept_status(rclient, keys, job + ":2")
         assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", job)))
         assert not rclient.exists(keys.claim(Keys.job_claim_name("charge", job + ":2")))
-    assert rclient.get(keys.status("a")) == b'{"s":"done"}'
+    assert kept_status(rclient, keys, "a") == b'{"s":"done"}'
     assert marked_done(rclient, keys.claim(Keys.job_claim_name("charge", "a")))
     assert marked_done(rclient, keys.claim(Keys.job_claim_name("charge", "a:2")))
     for name in (stream, stream + ":2"):

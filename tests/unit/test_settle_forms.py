@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lockgate.backend.broker import Delivery, Settlement
-from lockgate.backend.keys import Keys
+from lockgate.backend.keys import Keys, status_shard
 from lockgate.backend.settling import COMPACT_VALUES, compact_ending
 from lockgate.core.codec import Job
 from lockgate.core.outcome import Outcome
@@ -32,10 +32,14 @@ def settlement(**changes: Any) -> Settlement:
 def test_a_done_ending_with_a_claim_and_one_without_are_compact() -> None:
     claimed = compact_ending(settlement(), KEYS)
     assert claimed is not None and len(claimed) == COMPACT_VALUES
-    assert claimed == ["1-1", "j1", b"{}", Keys.job_claim_name("charge", "j1"), "tok", "done",
-                       2500]  # fmt: skip
+    shard = status_shard("j1")
+    assert claimed == ["1-1", "j1", b"{}", shard, Keys.job_claim_name("charge", "j1"), "tok",
+                       "done", 2500]  # fmt: skip
     plain = compact_ending(settlement(claim_key=None, claim_token=""), KEYS)
-    assert plain == ["1-1", "j1", b"{}", "", "", "keep", 0]
+    assert plain == ["1-1", "j1", b"{}", shard, "", "", "keep", 0]
+    # No final record kept (App(status_ttl=None)): no shard to compute.
+    unkept = compact_ending(settlement(claim_key=None, claim_token="", final=b""), KEYS)
+    assert unkept == ["1-1", "j1", b"", "", "", "", "keep", 0]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 from lockgate.backend import faults
 from lockgate.backend.addresses import masked
 from lockgate.backend.connections import AsyncClient
-from lockgate.backend.keys import Keys
+from lockgate.backend.keys import Keys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.core import codec
 from lockgate.core.codec import Job
@@ -214,12 +214,15 @@ class Settlement:
         ]  # fmt: skip
 
     def end_args(self) -> list[Arg]:
-        """Trim limits, the final record and its TTL, the result record and its TTL, then
-        the dead letter's field/value pairs."""
+        """Trim limits, the final record and its TTL, the job id and its status shard, the
+        result record and its TTL, then the dead letter's field/value pairs."""
+        job_id = self.delivery.job_id
         args: list[Arg] = [
             *self.trim,
             self.final,
             self.final_ttl_ms,
+            job_id,
+            status_shard(job_id) if self.final else "",
             self.result,
             self.result_ttl_ms,
         ]

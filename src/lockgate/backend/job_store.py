@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from lockgate.backend.broker import text
 from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
-from lockgate.backend.keys import GROUP
+from lockgate.backend.keys import GROUP, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.backend.partitions import Layout, partition_of
 
@@ -51,15 +51,18 @@ class Jobs:
 
     def _status_call(self, job_id: str, placed: str) -> ScriptCall:
         keys = self._store.layout.for_job(job_id)
-        names = [keys.job(job_id), keys.result(job_id), keys.status(job_id)]
-        return ScriptCall("job_status", [*names, *keys.place_keys(placed)], [GROUP, placed, job_id])
+        names = [keys.job(job_id), keys.result(job_id), keys.statuses(), keys.status(job_id)]
+        args: list[Arg] = [GROUP, placed, job_id, status_shard(job_id)]
+        return ScriptCall("job_status", [*names, *keys.place_keys(placed)], args)
 
     def _cancel_call(
         self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
     ) -> ScriptCall:
         keys = self._store.layout.for_job(job_id)
-        names = [keys.job(job_id), keys.cancel_flag(job_id), keys.status(job_id)]
-        args: list[Arg] = [GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id]
+        names = [keys.job(job_id), keys.cancel_flag(job_id), keys.statuses()]
+        args: list[Arg] = [
+            GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id, status_shard(job_id)
+        ]  # fmt: skip
         return ScriptCall("cancel_job", [*names, *keys.place_keys(placed)], args)
 
     def _marker(self, job_id: str) -> str:

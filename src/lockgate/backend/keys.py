@@ -9,6 +9,7 @@ builds a key name.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -24,6 +25,10 @@ MAX_KEY_BYTES = 512  # the longest idempotency key
 # lua/_done_marker.lua.
 DONE_BUCKET_DIGITS = 3  # hex digits of SHA1(claim key) naming the bucket: 16**3 buckets
 DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
+# An ended job's final record is a field of one of 4,096 hashes (shards) of its time window,
+# not a key of its own (see lua/_status.lua): a hash of at most 128 fields of at most 64
+# bytes is one compact listpack.
+STATUS_SHARDS = 4096
 
 
 def check_key(key: str) -> str:
@@ -48,6 +53,12 @@ def done_marker_place(prefix: str, claim_key: str) -> tuple[str, str]:
     if not prefix.endswith(":"):
         return prefix, member
     return prefix + digest[:DONE_BUCKET_DIGITS], member
+
+
+def status_shard(job_id: str) -> str:
+    """Which of a window's hashes holds a job's final record: 3 hex digits of the CRC-32
+    of its id (pure; the scripts take it as an argument, so only this computes it)."""
+    return "%03x" % (zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % STATUS_SHARDS)
 
 
 def joined(kind: str, *parts: str) -> str:
@@ -211,12 +222,19 @@ class Keys:
         return f"{self.prefix}:result:{job_id}"
 
     def job_record_keys(self, job_id: str) -> list[str]:
-        """A job's marker, status and result keys: what a purge deletes with it."""
+        """A job's marker, older status and result keys: what a purge deletes with it."""
         return [self.job(job_id), self.status(job_id), self.result(job_id)]
 
     def status(self, job_id: str) -> str:
-        """A job's final record once it ended (kept for ``App(status_ttl=...)``)."""
+        """A job's final record as lockgate 0.3 kept it, a key of its own (read, and
+        deleted by a purge, until such records expired; see :meth:`statuses`)."""
         return f"{self.prefix}:status:{job_id}"
+
+    def statuses(self) -> str:
+        """The index of the final-record windows (a sorted set: each window's start in ms
+        scored by its hashes' expiry); the hashes are ``<this>:<start>:<shard>``, one per
+        :func:`status_shard` (see ``lua/_status.lua``)."""
+        return f"{self.prefix}:statuses"
 
     def cancel_flag(self, job_id: str) -> str:
         """Set by ``App.cancel`` for a running job: its worker cancels the run that the

@@ -11,7 +11,7 @@ import redis
 
 from lockgate.backend.broker import Settlement, text, translated_replies
 from lockgate.backend.faults import translated
-from lockgate.backend.keys import Keys
+from lockgate.backend.keys import Keys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 
 # Settle calls per ``settle_many`` call: about 15 us of server time each, so a batch
@@ -24,8 +24,9 @@ SETTLE_BATCH = 200
 # record TTL (what a batch shares once), then the ending's own values (COMPACT_VALUES).
 STREAM_DONE = "stream_done"
 SHARED_ARGS = 5
-# Entry id, job id, final record, claim name, claim token, claim action, claim TTL.
-COMPACT_VALUES = 7
+# Entry id, job id, final record, its status shard, claim name, claim token, claim action,
+# claim TTL.
+COMPACT_VALUES = 8
 
 
 def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
@@ -33,7 +34,7 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
     ending ``done`` with no retry, result record, dead letter, string marker or older claim
     names, whose job id names its keys, and whose claim (if any) is one of ``keys``'
     claim keys (:meth:`Keys.claim`). The script builds the job's keys
-    (``<prefix>:job:<id>``, ``:result:``, ``:status:``) and the claim's
+    (``<prefix>:job:<id>``, ``:result:``, ``:statuses``) and the claim's
     (``<prefix>:idem:<name>``) as Keys does. None for any
     other ending: it goes whole.
     """
@@ -54,7 +55,9 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
             return None
         claim, token = settlement.claim_key[len(idem) :], settlement.claim_token
         action, ttl = outcome.claim, max(1, round(settlement.claim_ttl * 1000))
-    return [delivery.ref, delivery.job_id, settlement.final, claim, token, action, ttl]
+    job_id, final = delivery.job_id, settlement.final
+    shard = status_shard(job_id) if final else ""
+    return [delivery.ref, job_id, final, shard, claim, token, action, ttl]
 
 
 def compact(call: ScriptCall) -> bool:

@@ -42,7 +42,7 @@ from lockgate.backend.broker import (
 )
 from lockgate.backend.connections import AsyncClient, block_ms
 from lockgate.backend.faults import translated
-from lockgate.backend.keys import Keys, SortedKeys
+from lockgate.backend.keys import Keys, SortedKeys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.backend.settling import settle_async
 from lockgate.core import codec
@@ -198,10 +198,14 @@ class SortedBroker:
         deleted = 0
         for batch in batches(len(job_ids), chunk):
             ids = [job_ids[i] for i in batch]
-            script_keys = [q.waiting, q.payloads, q.ranks, q.deliveries, q.owners]
+            script_keys = [
+                q.waiting, q.payloads, q.ranks, q.deliveries, q.owners, self._keys.statuses()
+            ]  # fmt: skip
+            args: list[Arg] = []
             for job_id in ids:
                 script_keys += self._keys.job_record_keys(job_id)
-            deleted += int(await scripts.run(ScriptCall("purge_sorted", script_keys, ids)))
+                args += [job_id, status_shard(job_id)]
+            deleted += int(await scripts.run(ScriptCall("purge_sorted", script_keys, args)))
         return deleted
 
 
@@ -303,7 +307,7 @@ class SortedConsumer:
         keys = [
             q.inflight, q.payloads, q.ranks, q.deliveries, q.owners, q.delayed,
             self._keys.dead(), q.wake, self._keys.job(delivery.ref),
-            self._keys.result(delivery.ref), self._keys.status(delivery.ref),
+            self._keys.result(delivery.ref), self._keys.statuses(),
         ]  # fmt: skip
         keys += settlement.claim_keys()
         following = outcome.next_job

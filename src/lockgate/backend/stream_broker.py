@@ -29,7 +29,7 @@ from lockgate.backend.broker import (
     text,
 )
 from lockgate.backend.connections import AsyncClient
-from lockgate.backend.keys import GROUP, Keys
+from lockgate.backend.keys import GROUP, Keys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.backend.partitioned import PartitionedConsumer
 from lockgate.backend.partitions import Layout, partition_of
@@ -204,10 +204,11 @@ async def _purge_stream(
             if purged(job := decode_job(fields.get(JOB_FIELD)), task)
         ]
         if picked:
-            script_keys = [stream]
-            for _, job_id in picked:
+            script_keys = [stream, keys.statuses()]
+            args: list[Arg] = [GROUP]
+            for entry_id, job_id in picked:
                 script_keys += keys.job_record_keys(job_id)
-            args: list[Arg] = [GROUP, *(entry_id for entry_id, _ in picked)]
+                args += [entry_id, job_id, status_shard(job_id)]
             deleted += int(await scripts.run(ScriptCall("purge_stream", script_keys, args)))
         if len(entries) < chunk:
             break

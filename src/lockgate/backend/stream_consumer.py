@@ -228,8 +228,7 @@ class StreamConsumer:
         keys = [
             delivery.source, self._marker(delivery),
             self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
-            self._keys.wake(), self._keys.result(delivery.job_id),
-            self._keys.status(delivery.job_id),
+            self._keys.wake(), self._keys.result(delivery.job_id), self._keys.statuses(),
         ]  # fmt: skip
         keys += settlement.claim_keys()
         following = outcome.next_job

@@ -4,8 +4,11 @@ Where a job is lives in its marker, which the scripts already write on the hot p
 ``lua/_marker.lua``): no status costs a write of its own. When a job ends, the worker's
 one settle call turns the marker into a small final record (:class:`FinalRecord`, kept for
 ``App(status_ttl=...)``) and, for a task declared with ``keep_result``, writes a result
-record (:class:`ResultRecord`, kept that long). Both are JSON through msgspec, the codec of
-the jobs themselves: typed, never pickle.
+record (:class:`ResultRecord`, kept that long). Through msgspec, the codec of the jobs
+themselves: typed, never pickle. A final record goes as a msgpack array of about 30 bytes
+(:class:`PackedRecord`), so that the hashes that keep them stay compact (see
+``lua/_status.lua``); the records lockgate 0.3 wrote, and those the cancel script writes,
+are JSON objects, read as well.
 """
 
 from __future__ import annotations
@@ -48,6 +51,20 @@ class FinalRecord(
     reason: str = ""
 
 
+class PackedRecord(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A final record as the worker writes it: a msgpack array, times in whole ms, the
+    later two as offsets (about 30 bytes, where the JSON object takes 90; a hash keeps
+    its compact encoding only while every value is at most 64 bytes)."""
+
+    status: str
+    task: str = ""
+    attempts: int = 0
+    enqueued: int = 0  # ms since the epoch
+    finished: int = 0  # ms after enqueued
+    ran: int | None = None  # ms from the last run's start to the end; None: it never ran
+    reason: str = ""
+
+
 class ResultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A job's result (``ok``) or its error, kept for its task's ``keep_result``."""
 
@@ -58,6 +75,8 @@ class ResultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 _final_decoder = msgspec.json.Decoder(FinalRecord)
+_packed_decoder = msgspec.msgpack.Decoder(PackedRecord)
+_packed_encoder = msgspec.msgpack.Encoder()
 _result_decoder = msgspec.json.Decoder(ResultRecord)
 
 
@@ -110,13 +129,33 @@ def final_status(outcome: Outcome) -> Status:
 def final_record(
     task: str, attempts: int, enqueued: float, started: float, finished: float, outcome: Outcome
 ) -> bytes:
-    """The final record of a job whose run ended with ``outcome``."""
-    record = FinalRecord(
-        status=final_status(outcome), task=task, attempts=attempts,
-        enqueued_at=round(enqueued, 3), started_at=round(started, 3),
-        finished_at=round(finished, 3), reason=outcome.reason,
+    """The final record of a job whose run ended with ``outcome`` (``started`` 0: it
+    never ran)."""
+    enqueued_ms, finished_ms = round(enqueued * 1000), round(finished * 1000)
+    record = PackedRecord(
+        final_status(outcome), task, attempts, enqueued_ms, finished_ms - enqueued_ms,
+        finished_ms - round(started * 1000) if started else None, outcome.reason,
     )  # fmt: skip
-    return msgspec.json.encode(record)
+    return _packed_encoder.encode(record)
+
+
+def read_final(data: bytes) -> FinalRecord:
+    """A final record as written (pure): packed, or a JSON object (lockgate 0.3's, and the
+    cancel script's).
+
+    Raises:
+        msgspec.DecodeError: neither.
+    """
+    if data[:1] == b"{":
+        return _final_decoder.decode(data)
+    packed = _packed_decoder.decode(data)
+    finished = packed.enqueued + packed.finished
+    return FinalRecord(
+        status=packed.status, task=packed.task, attempts=packed.attempts,
+        enqueued_at=packed.enqueued / 1000, finished_at=finished / 1000,
+        started_at=(finished - packed.ran) / 1000 if packed.ran is not None else 0.0,
+        reason=packed.reason,
+    )  # fmt: skip
 
 
 def encode_result(value: Any) -> bytes:
@@ -166,7 +205,7 @@ def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> Jo
     state, data, result, _ = reply
     state = _text(state)
     if state == "final":
-        record = _final_decoder.decode(data)
+        record = read_final(data)
         status: Status = record.status if record.status in FINAL else "unknown"
         kept = _result(result, returns(record.task))
         value, error = kept if kept is not None else (None, None)

@@ -4,8 +4,10 @@
 -- now_us(): microseconds since the epoch; now_ms(): milliseconds, rounded down.
 -- Read once per script call (a call that settles or claims a batch of jobs asks TIME
 -- once, not once per job): within one call the time stands still, as Redis itself holds
--- it still for key expiry while a script runs.
-local clock_us
+-- it still for key expiry while a script runs. In the library (see library.py) the clock
+-- is one for the whole call, also when one script runs another's body (settle_many runs
+-- settle_stream's once per ending): the function's entry resets it.
+local clock_us -- per call; in the library, shared by the bodies one call runs
 local function now_us()
   if not clock_us then
     local t = redis.call('TIME')

@@ -1,6 +1,6 @@
 -- cancel_job.lua: cancel a job: one waiting or delayed is removed and ends cancelled; one
 -- running is flagged, for its worker to cancel.
--- KEYS: [1] the job's marker, [2] its cancel flag, [3] its status key, then the keys of
+-- KEYS: [1] the job's marker, [2] its cancel flag, [3] the final records' index, then the keys of
 --       the place the marker named when the caller read it (Keys.place_keys): streams:
 --       [4] the stream, [5] its delayed set; sorted: [4] payloads, [5] inflight, [6]
 --       delayed, [7] deliveries, [8] waiting, [9] ranks, [10] owners
@@ -8,10 +8,10 @@
 --       payload does not decode (one that does gets its task, attempts and enqueue time
 --       in it, as status.FinalRecord names them), [3] its TTL ms (0: none kept), [4] the
 --       cancel flag's TTL ms, [5] the marker's value the caller read ('' none), [6] the
---       job id
+--       job id, [7] its status shard (Keys.status_shard)
 -- Touches: XDEL of a waiting entry, ZREM from a delayed set, or ZREM/HDEL from a sorted
---          queue's sets, DEL of the marker (the id is free again) and the final record SET
---          under the status key; a running job's flag is SET with a TTL to the take it is
+--          queue's sets, DEL of the marker (the id is free again) and the final record kept
+--          (see _status.lua: this one is JSON); a running job's flag is SET with a TTL to the take it is
 --          for (its worker looks), so a late look never cancels a later run of the id.
 -- Returns: 'cancelled' (removed: it will not run), 'running' (flagged), 'moved' (the
 -- marker changed since the caller read it: read again) or 'gone' (no such job waits or
@@ -36,7 +36,7 @@ local function record_of(payload)
   })
 end
 local function removed(payload)
-  mark_end(KEYS[1], KEYS[3], record_of(payload), ARGV[3])
+  mark_end(KEYS[1], KEYS[3], job_id, ARGV[7], record_of(payload), ARGV[3])
   return 'cancelled'
 end
 

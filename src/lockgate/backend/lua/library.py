@@ -109,6 +109,7 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "settle_many": ALLOW_OOM,
 }
 INCLUDE = "--#include "
+CLOCK_LOCAL = "local clock_us -- per call; in the library, shared by the bodies one call runs"
 PREFIX = "lockgate_"
 DIGEST_LENGTH = 12
 
@@ -154,17 +155,21 @@ class Library:
 @cache
 def library() -> Library:
     """The library of this version's scripts (built once per process)."""
-    bodies = []
+    # One clock per call (see _clock.lua): declared once, before the bodies, and reset by
+    # each function's entry, so a body another one runs reads the same TIME.
+    bodies = [f"{CLOCK_LOCAL}\n"]
     for script in FLAGS:
         # The script's text becomes the body of a Lua function whose parameters are named
         # as EVAL's globals, so the same text serves both (tests EVAL scripts directly).
-        bodies.append(f"local function script_{script}(KEYS, ARGV)\n{source(script)}\nend\n")
+        text = source(script).replace(CLOCK_LOCAL, "")
+        bodies.append(f"local function script_{script}(KEYS, ARGV)\n{text}\nend\n")
     body = "".join(bodies)
     digest = hashlib.sha1(body.encode()).hexdigest()[:DIGEST_LENGTH]
     name = f"{PREFIX}{digest}"
     functions = {script: f"{name}_{script}" for script in FLAGS}
     registrations = [
-        f"redis.register_function{{function_name='{functions[script]}', callback=script_{script}, "
+        f"redis.register_function{{function_name='{functions[script]}', "
+        f"callback=function(KEYS, ARGV) clock_us = nil return script_{script}(KEYS, ARGV) end, "
         f"flags={{{', '.join(repr(flag) for flag in FLAGS[script])}}}}}\n"
         for script in FLAGS
     ]

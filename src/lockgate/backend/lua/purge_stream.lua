@@ -1,17 +1,18 @@
 -- purge_stream.lua: delete one chunk of a stream's waiting jobs (a purge reads the next
 -- entries after the group's last-delivered id, then calls this for them, up to a thousand
 -- at a time, so Redis is never blocked by one long call).
--- KEYS: the stream, then three keys of each entry's job, one triple per entry id in ARGV:
---       its marker (Keys.job), status and result keys (Keys.status, Keys.result: an
---       earlier job's under the same id must not answer for this one); for an entry
+-- KEYS: the stream, the final records' index (Keys.statuses), then three keys of each
+--       entry's job, one triple per entry in ARGV: its marker (Keys.job), its status key
+--       as lockgate 0.3 kept it and its result key (Keys.status, Keys.result: an earlier
+--       job's records under the same id must not answer for this one); for an entry
 --       whose job id cannot be read, those of the id '' (no marker names that entry, so
 --       none is deleted)
--- ARGV: group, then the entry ids (one per marker key)
+-- ARGV: group, then per entry: its id, its job id, the job id's status shard
 -- Touches: XINFO GROUPS; XDEL of each entry the group has not delivered yet (an id after
 --          its last-delivered id: a worker's read between the caller's XRANGE and this call
 --          made the entries it took pending, and those stay); DEL of the entry's marker
 --          when it still names that entry (see _marker.lua), which frees the job id, and of
---          its status and result keys. Running
+--          its result key and final records (see _status.lua). Running
 --          (pending) entries, the delayed set and the stream key itself (its group) stay.
 -- Returns: how many entries were deleted.
 
@@ -26,6 +27,7 @@ local function later(a, b)
   return aseq > bseq
 end
 
+--#include _status
 local stream, group = KEYS[1], ARGV[1]
 local groups = redis.pcall('XINFO', 'GROUPS', stream)
 if groups.err then return 0 end -- no stream: nothing waits
@@ -36,13 +38,14 @@ for _, row in ipairs(groups) do
   if info['name'] == group then delivered = info['last-delivered-id'] end
 end
 local deleted = 0
-for i = 2, #ARGV do
-  local entry, marker = ARGV[i], KEYS[3 * i - 4]
+for a = 2, #ARGV, 3 do
+  local entry, k = ARGV[a], a + 1
   if later(entry, delivered) and redis.call('XDEL', stream, entry) == 1 then
     deleted = deleted + 1
-    local placed = redis.call('GET', marker)
+    local placed = redis.call('GET', KEYS[k])
     if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' ') then
-      redis.call('DEL', marker, KEYS[3 * i - 3], KEYS[3 * i - 2])
+      redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2])
+      forget_status(KEYS[2], ARGV[a + 1], ARGV[a + 2])
     end
   end
 end

@@ -2,7 +2,7 @@
 -- take of it is still the current one.
 -- KEYS: [1] inflight, [2] payloads, [3] ranks, [4] deliveries, [5] owners, [6] delayed,
 --       [7] the dead-letter stream, [8] the queue's wake stream, [9] the job's marker,
---       [10] the job's result key, [11] its status key, [12] the job's claim (optional),
+--       [10] the job's result key, [11] the final records' index (Keys.statuses), [12] the job's claim (optional),
 --       [13], [14] the claim's older names (0.1's, 0.2's; optional, with [12]; only with
 --       App(legacy_markers=True))
 -- ARGV: [1] job id, [2] owner token of this take, [3] kind: 'done' | 'retry' | 'dead' | 'abandoned',
@@ -13,11 +13,11 @@
 --       (encoded job), [11] retry: delay ms, [12] retry: boost (us of head start for its
 --       level), [13] dead letters kept at most (0: no limit), [14] their max age ms (0: no
 --       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
---       the result record ('' for none), [18] its TTL ms, [19..] dead: field/value pairs
+--       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
+--       record ('' for none), [20] its TTL ms, [21..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
---          marker, the final record SET under the status key (see _marker.lua), the
---          result record SET;
+--          marker, the final record kept (see _status.lua), the result record SET;
 --          retry: payload and rank replaced, ZADD delayed at the server's clock + delay,
 --          XADD wake; dead: HDEL payloads and ranks, XADD dead (trimmed), final and result
 --          records as for done. A
@@ -48,9 +48,9 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 19) end
-    mark_end(KEYS[9], KEYS[11], ARGV[15], ARGV[16])
-    if ARGV[17] ~= '' then redis.call('SET', KEYS[10], ARGV[17], 'PX', ARGV[18]) end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 21) end
+    mark_end(KEYS[9], KEYS[11], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
+    if ARGV[19] ~= '' then redis.call('SET', KEYS[10], ARGV[19], 'PX', ARGV[20]) end
   end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],

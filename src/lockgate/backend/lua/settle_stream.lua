@@ -1,7 +1,7 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
 --       dead-letter stream, [5] the namespace's wake stream, [6] the job's result key,
---       [7] its status key, [8] the job's claim (optional), [9], [10] the claim's older
+--       [7] the final records' index (Keys.statuses), [8] the job's claim (optional), [9], [10] the claim's older
 --       names (0.1's, 0.2's; optional, with [8]; only with App(legacy_markers=True))
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
@@ -10,11 +10,12 @@
 --       'd:<token>' under the claim key, App(legacy_markers=True)), [11] retry: next
 --       attempt (encoded job), [12] retry: delay ms, [13] dead letters kept at most (0: no
 --       limit), [14] dead letters' max age ms (0: no limit), [15] done and dead: the
---       final record ('' for none), [16] its TTL ms, [17] the result record ('' for
---       none), [18] its TTL ms, [19..] dead: the dead letter's field/value pairs
+--       final record ('' for none), [16] its TTL ms, [17] the job id, [18] its status
+--       shard (Keys.status_shard), [19] the result record ('' for none), [20] its TTL
+--       ms, [21..] dead: the dead letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
---          entry; done: DEL marker, the final record SET under the status key (see
---          _marker.lua), the result record SET; retry: ZADD delayed (due at the server's clock + delay),
+--          entry; done: DEL marker, the final record kept (see _status.lua), the
+--          result record SET; retry: ZADD delayed (due at the server's clock + delay),
 --          the marker says so, and XADD wake (idle workers re-read their next due time);
 --          dead: XADD dead (with MAXLEN ~ and XTRIM MINID ~), final and result records as
 --          for done. An entry another worker took over (this
@@ -46,9 +47,9 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place_of(stream))
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
-    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 19) end
-    mark_end(marker, KEYS[7], ARGV[15], ARGV[16])
-    if ARGV[17] ~= '' then redis.call('SET', KEYS[6], ARGV[17], 'PX', ARGV[18]) end
+    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 21) end
+    mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
+    if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
   end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
