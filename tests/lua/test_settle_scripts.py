@@ -887,3 +887,32 @@ def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
     assert marked_done(rclient, keys.claim(Keys.job_claim_name("charge", "a:2")))
     for name in (stream, stream + ":2"):
         assert rclient.xlen(name) == 0 and rclient.xpending(name, GROUP)["pending"] == 0
+
+
+def test_a_settle_many_call_reads_the_server_clock_once_for_all_its_endings(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """Through the library (FCALL), the settle bodies settle_many runs share one clock:
+    one TIME for a batch of endings that each keep a final record, not one each."""
+    stream = keys.stream("q", "low")
+    rclient.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ids = [rclient.xadd(stream, {"job": "x"}).decode() for _ in range(20)]
+    rclient.xreadgroup(GROUP, "c1", {stream: ">"}, count=20)
+    shared = [GROUP, "c1", keys.prefix, keys.done_bucket_prefix, 60_000]
+    values: list[Any] = []
+    for n, entry in enumerate(ids):
+        values += [entry, f"j{n}", b"rec", status_shard(f"j{n}"), "", "", "keep", 0]
+    call = ScriptCall(
+        "settle_many", [stream, keys.delayed("q", "low"), keys.dead(), keys.wake()],
+        ["stream_done", *shared, *values],
+    )  # fmt: skip
+    scripts.run_all([ScriptCall("server_time", [], [])])  # the library loaded first
+
+    def time_calls() -> int:
+        return int(rclient.info("commandstats").get("cmdstat_time", {}).get("calls", 0))
+
+    before = time_calls()
+    replies = scripts.run_all([call])[0]
+    assert [list(map(int, r)) for r in replies] == [[1, 0]] * 20
+    assert time_calls() - before == 1
+    assert all(kept_status(rclient, keys, f"j{n}") == b"rec" for n in range(20))
