@@ -30,6 +30,8 @@ from typing import Self
 
 import redis
 
+from lockgate.backend.connections import forget_server
+
 START_TIMEOUT = 30.0
 POLL = 0.05
 MAX_PORT = 55_000  # the cluster bus listens at port + 10000
@@ -74,6 +76,8 @@ class Node:
     def start(self, binary: str, *options: str) -> None:
         """Start the node: ``binary`` with the common options, then ``options``."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        # The port may have served a plain server of an earlier test: ask its mode afresh.
+        forget_server("127.0.0.1", self.port)
         argv = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.directory), "--daemonize", "no",

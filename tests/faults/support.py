@@ -28,6 +28,7 @@ from redis.retry import Retry
 
 from conftest import WAIT_TIMEOUT, wait_until
 from lockgate import App, LockgateError
+from lockgate.backend.connections import forget_server
 from lockgate.ops.inspect import queue_stats
 
 START_TIMEOUT = 15.0
@@ -136,6 +137,8 @@ class PrivateRedis:
         """
         if self.running:
             raise RuntimeError(f"the private server on port {self.port} is already running")
+        # The port may have served a cluster node of an earlier test: ask its mode afresh.
+        forget_server("127.0.0.1", self.port)
         self._process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -275,6 +275,20 @@ def sync_client(url: str, *, cluster: bool | None = None) -> SyncClient:
     return redis.Redis.from_pool(pool)
 
 
+def forget_server(host: str, port: int) -> None:
+    """Forget what the probes found at ``host:port`` (whether it runs in cluster mode), so
+    the next client of a URL naming it asks again: for a process that knows the server
+    there was replaced by another (tests start servers on ports other servers had)."""
+    with _probe_lock:
+        for url in list(_in_cluster_mode):
+            try:
+                hosts = _address(url).hosts
+            except ConfigError:
+                continue
+            if (host, port) in hosts:
+                del _in_cluster_mode[url]
+
+
 def _probe_sync(address: Address, url: str) -> bool:
     """Whether the one server of ``address`` runs in cluster mode (asked once per URL)."""
     with _probe_lock:
