@@ -1,18 +1,20 @@
 -- cancel_job.lua: cancel a job: one waiting or delayed is removed and ends cancelled; one
 -- running is flagged, for its worker to cancel.
--- KEYS: [1] the job's marker, [2] its cancel flag, [3] the final records' index, then the keys of
---       the place the marker named when the caller read it (Keys.place_keys): streams:
---       [4] the stream, [5] its delayed set; sorted: [4] payloads, [5] inflight, [6]
---       delayed, [7] deliveries, [8] waiting, [9] ranks, [10] owners
+-- KEYS: [1] the job's marker, [2] its cancel flag, [3] the final records' index
+--       (Keys.statuses), then the keys of the place the marker named when the caller
+--       read it (Keys.place_keys): streams: [4] the stream, [5] its delayed set;
+--       sorted: [4] payloads, [5] inflight, [6] delayed, [7] deliveries, [8] waiting,
+--       [9] ranks, [10] owners
 -- ARGV: [1] the streams' consumer group, [2] the final record of a cancelled job whose
 --       payload does not decode (one that does gets its task, attempts and enqueue time
 --       in it, as status.FinalRecord names them), [3] its TTL ms (0: none kept), [4] the
 --       cancel flag's TTL ms, [5] the marker's value the caller read ('' none), [6] the
 --       job id, [7] its status shard (Keys.status_shard)
 -- Touches: XDEL of a waiting entry, ZREM from a delayed set, or ZREM/HDEL from a sorted
---          queue's sets, DEL of the marker (the id is free again) and the final record kept
---          (see _status.lua: this one is JSON); a running job's flag is SET with a TTL to the take it is
---          for (its worker looks), so a late look never cancels a later run of the id.
+--          queue's sets, DEL of the marker (the id is free again) and the final record
+--          kept (see _status.lua; this one is JSON); a running job's flag is SET with a
+--          TTL to the take it is for (its worker looks), so a late look never cancels a
+--          later run of the id.
 -- Returns: 'cancelled' (removed: it will not run), 'running' (flagged), 'moved' (the
 -- marker changed since the caller read it: read again) or 'gone' (no such job waits or
 -- runs: unknown, ended, or a lockgate 0.2 marker).

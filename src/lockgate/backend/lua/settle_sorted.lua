@@ -2,9 +2,9 @@
 -- take of it is still the current one.
 -- KEYS: [1] inflight, [2] payloads, [3] ranks, [4] deliveries, [5] owners, [6] delayed,
 --       [7] the dead-letter stream, [8] the queue's wake stream, [9] the job's marker,
---       [10] the job's result key, [11] the final records' index (Keys.statuses), [12] the job's claim (optional),
---       [13], [14] the claim's older names (0.1's, 0.2's; optional, with [12]; only with
---       App(legacy_markers=True))
+--       [10] the job's result key, [11] the final records' index (Keys.statuses), [12]
+--       the job's claim (optional), [13], [14] the claim's older names (0.1's, 0.2's;
+--       optional, with [12]; only with App(legacy_markers=True))
 -- ARGV: [1] job id, [2] owner token of this take, [3] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [4] claim token ('' when none), [5] claim action: 'done' | 'release' | 'keep',
 --       [6] done marker TTL ms, [7] the done marker for the older names ('' when none),

@@ -1,8 +1,9 @@
 -- settle_stream.lua: end one job's run in one step, only if this consumer still owns it.
 -- KEYS: [1] the stream, [2] the job's marker, [3] the stream's delayed set, [4] the
 --       dead-letter stream, [5] the namespace's wake stream, [6] the job's result key,
---       [7] the final records' index (Keys.statuses), [8] the job's claim (optional), [9], [10] the claim's older
---       names (0.1's, 0.2's; optional, with [8]; only with App(legacy_markers=True))
+--       [7] the final records' index (Keys.statuses), [8] the job's claim (optional),
+--       [9], [10] the claim's older names (0.1's, 0.2's; optional, with [8]; only with
+--       App(legacy_markers=True))
 -- ARGV: [1] group, [2] consumer, [3] entry id, [4] kind: 'done' | 'retry' | 'dead' | 'abandoned',
 --       [5] claim token ('' when no claim), [6] claim action: 'done' | 'release' | 'keep',
 --       [7] done marker TTL ms, [8] the done marker for the older names ('' when none),
