@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -29,14 +28,12 @@ import redis.asyncio.cluster as aiocluster
 import redis.asyncio.sentinel as aiosentinel
 import redis.cluster
 import redis.sentinel
-
-# redis-py's own parsers (exported by redis._parsers, used by its cluster clients).
-from redis._parsers import AsyncCommandsParser, CommandsParser
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
 
 from lockgate.backend.addresses import Address, masked, parse_address
+from lockgate.backend.cluster_keys import AsyncFcallKeys, FcallKeys
 from lockgate.backend.faults import translated
 from lockgate.backend.packing import with_hiredis_packing
 from lockgate.backend.servers import ServerFacts, check_server, facts_from_hello, facts_from_info
@@ -54,8 +51,6 @@ CONNECT_TIMEOUT = 5.0
 # Seconds for a first command, connect included. An open port that is not Redis accepts
 # the connection and never answers.
 HANDSHAKE_TIMEOUT = 5.0
-# A cluster node that does not answer is logged at most this often (seconds).
-LOG_NODE_EVERY = 60.0
 # Seconds a reply may take, on every client: a call to a server that hangs fails then.
 SOCKET_TIMEOUT = 5.0
 # Seconds a blocking read (XREAD BLOCK, BLPOP) may block on the server: a longer wait for
@@ -118,80 +113,6 @@ def _check_cluster_db(address: Address, url: str) -> None:
             f"Redis Cluster has only database 0, but {masked(url)} names database "
             f"{address.db}: leave the number out or use /0"
         )
-
-
-def fcall_keys(args: tuple[Any, ...]) -> list[Any] | None:
-    """The keys of an FCALL or FCALL_RO (``FCALL name numkeys key...``), else None."""
-    if len(args) >= 3 and str(args[0]).upper() in ("FCALL", "FCALL_RO"):
-        return list(args[3 : 3 + int(args[2])])
-    return None
-
-
-class FcallKeys(CommandsParser):
-    """Finds an FCALL's keys where they are. redis-py's cluster client asks the server
-    (``COMMAND GETKEYS``, a round trip per call) for the keys of every command whose keys
-    move, FCALL among them; it knows them in place only for EVAL and EVALSHA."""
-
-    def get_keys(self, redis_conn: Any, *args: Any) -> Any:
-        keys = fcall_keys(args)
-        return keys if keys is not None else super().get_keys(redis_conn, *args)  # type: ignore[no-untyped-call]
-
-
-class AsyncFcallKeys(AsyncCommandsParser):
-    """:class:`FcallKeys` for the async cluster client, whose command table comes from
-    any primary that answers.
-
-    redis-py 8's async cluster client loads the table (``COMMAND``) from its default node
-    (the first primary the slots name) at every (re)initialisation, under its lock and
-    outside its retries: while that one primary is down, before a failover or for good on
-    a cluster that serves what it still covers, every call of the client failed, those of
-    the live primaries' slots too (a hung node held them all for a socket timeout each,
-    and for ever while the worker's client had none). Here each try is bounded by
-    HANDSHAKE_TIMEOUT; a node that fails is moved last (redis-py then no longer makes it
-    the default), and the first primary that answers becomes the default node (where
-    ``HELLO`` and keyless calls go).
-    """
-
-    def __init__(self, cluster: aiocluster.RedisCluster) -> None:
-        super().__init__()
-        self._cluster = cluster
-        self._logged: dict[str, float] = {}
-
-    async def initialize(self, node: aiocluster.ClusterNode | None = None) -> None:
-        first = node if node is not None else self._cluster.get_default_node()
-        error = await self._load_from(first)
-        if error is None:
-            return
-        for other in self._cluster.get_primaries():
-            if other is first or await self._load_from(other) is not None:
-                continue
-            self._cluster.set_default_node(other)
-            self._log_once(first, error, other)
-            return
-        raise error
-
-    async def _load_from(self, node: aiocluster.ClusterNode) -> Exception | None:
-        """Load the table from ``node``; the error it met, else None."""
-        try:
-            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                await super().initialize(node)
-        except (redis.ConnectionError, redis.TimeoutError, TimeoutError) as e:
-            self._cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
-            return e
-        return None
-
-    def _log_once(self, down: aiocluster.ClusterNode, error: Exception, used: Any) -> None:
-        """Log a node passed over, at most once a minute per node (every reconnection of
-        the client meets it again)."""
-        now = time.monotonic()
-        if now - self._logged.get(down.name, -LOG_NODE_EVERY) >= LOG_NODE_EVERY:
-            self._logged[down.name] = now
-            log.warning("cluster node %s did not answer (%s): asking %s instead",
-                        down.name, error or type(error).__name__, used.name)  # fmt: skip
-
-    async def get_keys(self, *args: Any) -> Any:
-        keys = fcall_keys(args)
-        return tuple(keys) if keys is not None else await super().get_keys(*args)
 
 
 def _cluster_nodes(address: Address, node_class: Any) -> list[Any]:
@@ -363,7 +284,7 @@ def async_client(
             **_node_options(address, db=False),
             **_socket_options(address, socket_timeout),
         )
-        client.commands_parser = AsyncFcallKeys(client)
+        client.commands_parser = AsyncFcallKeys(client, timeout=HANDSHAKE_TIMEOUT)
         _deadline_writes_on_nodes(client)
         return client
     return _async_plain(url, address, socket_timeout, size)
