@@ -60,6 +60,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--idempotent", action="store_true", help="idempotent=True tasks")
+    parser.add_argument(
+        "--keys", type=int, default=0, help="fairness keys the jobs are spread over (key_by)"
+    )
     parser.add_argument("--runs", type=int, default=1, help="drains, each on a new server")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", help="sample the drain")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures")
@@ -89,22 +92,26 @@ def sampler(out: Path) -> subprocess.Popen[bytes]:
     return process
 
 
-def bench_app(url: str, namespace: str, idempotent: bool) -> tuple[Any, Any, list[int]]:
-    """The app, its no-op task, and the count of its runs (one item)."""
+def bench_app(
+    url: str, namespace: str, idempotent: bool, keys: int = 0
+) -> tuple[Any, Any, list[int]]:
+    """The app, its no-op task (keyed by ``n % keys`` when ``keys``), and the count of its
+    runs (one item)."""
     from lockgate import App
 
     app = App(url, namespace=namespace, levels={"critical": 10, "normal": 5, "low": 1})
     done = [0]
+    options: dict[str, Any] = {"key_by": lambda n: str(n % keys)} if keys else {}
 
-    @app.task(priority="normal", idempotent=idempotent)
+    @app.task(priority="normal", idempotent=idempotent, **options)
     async def noop(n: int) -> None:
         done[0] += 1
 
     return app, noop, done
 
 
-async def enqueue(url: str, namespace: str, jobs: int, idempotent: bool) -> None:
-    app, noop, _ = bench_app(url, namespace, idempotent)
+async def enqueue(url: str, namespace: str, jobs: int, idempotent: bool, keys: int = 0) -> None:
+    app, noop, _ = bench_app(url, namespace, idempotent, keys)
     for first in range(0, jobs, BATCH):
         end = min(jobs, first + BATCH)
         await app.enqueue_many_async([noop.message(n) for n in range(first, end)])
@@ -118,9 +125,10 @@ async def drain_once(url: str, args: argparse.Namespace, spy: Path | None) -> di
     # Enqueued by a child process, so that a profiler of this one (py-spy, or valgrind's
     # callgrind, which does not follow children) sees the drain alone.
     argv = [sys.executable, "-m", "benchmarks.costs", "--enqueue", url, namespace]
-    argv += ["--jobs", str(args.jobs)] + (["--idempotent"] if args.idempotent else [])
+    argv += ["--jobs", str(args.jobs), "--keys", str(args.keys)]
+    argv += ["--idempotent"] if args.idempotent else []
     subprocess.run(argv, check=True)
-    app, _, done_box = bench_app(url, namespace, args.idempotent)
+    app, _, done_box = bench_app(url, namespace, args.idempotent, args.keys)
     client = redis.Redis.from_url(url, client_name=roundtrips.PROBE_NAME)
     memory_queued = int(client.info("memory")["used_memory"])
     client.config_resetstat()
@@ -208,7 +216,7 @@ def report(figures: dict[str, Any], spy: Path | None, cpu_us: float) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.enqueue:  # the child that enqueues for a drain
-        loop_runner()(enqueue(*args.enqueue, args.jobs, args.idempotent))
+        loop_runner()(enqueue(*args.enqueue, args.jobs, args.idempotent, args.keys))
         return
     import lockgate
 

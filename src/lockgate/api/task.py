@@ -17,6 +17,7 @@ from lockgate.core import codec
 from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels, seconds
+from lockgate.core.fairness import key_function
 from lockgate.core.message import Message, check_size
 from lockgate.core.status import JobInfo, Status, answer
 from lockgate.core.tasks import TaskSettings
@@ -156,6 +157,7 @@ class Task(Generic[P, R]):
         self.signature = inspect.signature(fn)
         # Decided once here, so that enqueue and the worker only look values up.
         self.schema = Schema(self.name, fn, self.signature)
+        self.key_of = key_function(self.name, settings.key_by, self.signature)
 
     @cached_property
     def returns(self) -> Any:
@@ -241,6 +243,7 @@ class Task(Generic[P, R]):
             args=list(args),
             kwargs=kwargs,
             enqueued=time.time(),
+            key=self.key_of(args, kwargs) if self.key_of is not None else None,
         )
         wait = start_delay(delay, eta, job.enqueued)
         if self.expires is not None and wait >= self.expires:

@@ -29,6 +29,8 @@ DONE_MEMBER_DIGITS = 24  # the next hex digits: the member (96 bits)
 # not a key of its own (see lua/_status.lua): a hash of at most 128 fields of at most 64
 # bytes is one compact listpack.
 STATUS_SHARDS = 4096
+# The level of a keyed job's delivery stream is its level's name and this (Keys.fair_stream).
+FAIR_SUFFIX = "+"
 
 
 def check_key(key: str) -> str:
@@ -90,6 +92,26 @@ class Keys:
     def stream(self, queue: str, level: str) -> str:
         """The stream holding one queue's jobs of one priority level."""
         return f"{self.prefix}:stream:{queue}:{level}"
+
+    def fair_stream(self, queue: str, level: str) -> str:
+        """Streams backend: the stream through which one queue and level's keyed jobs
+        (``@app.task(key_by=...)``) are delivered. A read moves each job it hands out from
+        its key's waiting stream (:meth:`fair_jobs`) into this one and reads it at once, so
+        it holds only running jobs (see ``lua/_fair.lua``). Its place in a marker reads
+        ``<queue>:<level>+``: level names have no ``+``."""
+        return self.stream(queue, level + FAIR_SUFFIX)
+
+    def fair_rotation(self, queue: str, level: str) -> str:
+        """Streams backend: the sorted set of the fairness keys whose jobs wait in one
+        queue and level, scored by their next turn (and ``""``: the turn of the jobs
+        without a key)."""
+        return f"{self.prefix}:fair:{queue}:{level}"
+
+    def fair_jobs(self, queue: str, level: str, key: str) -> str:
+        """Streams backend: the stream of one fairness key's jobs waiting in one queue and
+        level (no group: a read moves them to :meth:`fair_stream`). Queue and level names
+        have no ``:``, so the key is what follows the third colon after ``fair``."""
+        return f"{self.fair_rotation(queue, level)}:{key}"
 
     def delayed(self, queue: str, level: str) -> str:
         """Jobs of one stream waiting for a due time (retries, delayed enqueues).
@@ -314,6 +336,11 @@ class Keys:
             return [
                 q.payloads, q.inflight, q.delayed, q.deliveries, q.waiting, q.ranks, q.owners
             ]  # fmt: skip
+        if len(words) >= 4 and words[0] == "fair":  # 'fair <entry> <queue>:<level> <key>'
+            queue, _, level = words[2].partition(":")
+            key = placed.split(" ", 3)[3]
+            return [self.stream(queue, level), self.delayed(queue, level),
+                    self.fair_jobs(queue, level, key)]  # fmt: skip
         if len(words) >= 2 and ":" in words[-1]:
             queue, _, level = words[-1].rpartition(":")
             return [self.stream(queue, level), self.delayed(queue, level)]

@@ -78,7 +78,7 @@ class PartitionedConsumer:
         self._levels = levels
         self._wakeups = [base.wakeup(queue) for queue in queues]
         self._base = base
-        self._owner = {stream: part for part in self._parts for stream in part.streams}
+        self._owner = {stream: part for part in self._parts for stream in part.delivery_streams}
         self._stream_levels = [self._level(stream) for stream in self._parts[0].streams]
         # Workers start their rotations at random, so they do not all plan from the same
         # partition first.
@@ -192,7 +192,7 @@ class PartitionedConsumer:
             result.deliveries += taken.deliveries
             for level, count in enumerate(taken.taken):
                 result.taken[level] += count
-            got = Counter(delivery.source for delivery in taken.deliveries)
+            got = Counter(part.home(delivery.source) for delivery in taken.deliveries)
             for k, stream in enumerate(part.streams):
                 waiting[index][k] = max(0, waiting[index][k] - got[stream])
                 stale = stale or got[stream] < plan[index][k]

@@ -130,8 +130,12 @@ class StreamBroker:
         deleted = 0
         for keys in self._layout.parts:
             for level in levels:
-                deleted += await _purge_stream(client, scripts, keys, keys.stream(queue, level),
-                                               task, chunk)  # fmt: skip
+                # The level's stream, then each fairness key's waiting jobs (lua/_fair.lua).
+                fair: list[Any] = await client.zrange(keys.fair_rotation(queue, level), 0, -1)
+                streams = [keys.stream(queue, level)]
+                streams += [keys.fair_jobs(queue, level, text(key)) for key in fair if key]
+                for stream in streams:
+                    deleted += await _purge_stream(client, scripts, keys, stream, task, chunk)
         return deleted
 
     async def delayed(self, client: AsyncClient, queue: str, limit: int) -> list[DelayedJob]:
@@ -158,6 +162,8 @@ def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:
                 keys.delayed(job.queue, job.level),
             )
         marker = keys.job(job.id)
+        if job.key is not None:  # it waits in its key's stream (see lua/_fair.lua)
+            place = (keys.fair_jobs(job.queue, job.level, job.key), place[1])
         script_keys += [marker, *place, outgoing.once_key or marker]
         args += [outgoing.data, outgoing.delay_ms, outgoing.once_ttl_ms]
     script_keys.append(keys.wake())

@@ -92,6 +92,12 @@ class StreamConsumer:
             for index, level in enumerate(levels.names)
             for queue in queues
         }
+        # Each stream's delivery stream for its keyed jobs (see Keys.fair_stream).
+        self._fair = {
+            keys.fair_stream(queue, level): keys.stream(queue, level)
+            for level in levels.names
+            for queue in queues
+        }
 
     def _layout(self) -> list[tuple[str, str, int]]:
         """(stream, queue, level index), highest level first; queues rotate per read."""
@@ -104,8 +110,17 @@ class StreamConsumer:
             for queue in queues
         ]
 
+    def _place(self, stream: str) -> tuple[str, int]:
+        """The queue and level index of a stream or a delivery stream of this consumer."""
+        return self._places[self._fair.get(stream, stream)]
+
+    def home(self, stream: str) -> str:
+        """The stream whose jobs ``stream`` delivers: itself, or the level stream of a
+        delivery stream of keyed jobs."""
+        return self._fair.get(stream, stream)
+
     def _delivery(self, stream: str, entry_id: bytes, fields: Sequence[bytes]) -> Delivery:
-        queue, level = self._places[stream]
+        queue, level = self._place(stream)
         job, error, job_id, raw = decode_entry(fields)
         return Delivery(queue, level, stream, text(entry_id), job, error, job_id, raw)
 
@@ -142,6 +157,12 @@ class StreamConsumer:
         """This consumer's streams, highest level first, queues in their given order."""
         return list(self._places)
 
+    @property
+    def delivery_streams(self) -> list[str]:
+        """Every stream its jobs are delivered from: :attr:`streams`, then the delivery
+        streams of their keyed jobs."""
+        return [*self._places, *self._fair]
+
     def _delayed_of(self, stream: str) -> str:
         queue, level = self._places[stream]
         return self._keys.delayed(queue, self._levels.names[level])
@@ -172,13 +193,15 @@ class StreamConsumer:
         then blocks from)."""
         dry_flags, entries, last_ids, next_due = reply
         streams = [stream for stream, _, _ in layout]
+        delivered = [*streams, *(self._keys.fair_stream(q, self._levels.names[i])
+                                 for _, q, i in layout)]  # fmt: skip
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
         result.next_due = next_due / 1000 if next_due >= 0 else None
         for k, (_, _, level) in enumerate(layout):
             result.dry[level] = result.dry[level] and dry_flags[k] == 1
         for i in range(0, len(entries), 5):
-            delivery = self._delivery(streams[entries[i] - 1], entries[i + 1], entries[i + 2])
+            delivery = self._delivery(delivered[entries[i] - 1], entries[i + 1], entries[i + 2])
             state = entries[i + 3]
             if state != NOT_CLAIMED:
                 claim_token = f"{token}:{delivery.ref}"
@@ -210,7 +233,7 @@ class StreamConsumer:
         compact = compact_ending(settlement, self._keys)
         if compact is None:
             return self.whole_settle_call(settlement)
-        queue, level = self._places[settlement.delivery.source]
+        queue, level = self._place(settlement.delivery.source)
         shared: list[Arg] = [
             GROUP, self._consumer, self._keys.prefix,
             settlement.done_prefix or self._keys.done_bucket_prefix, settlement.final_ttl_ms,
@@ -224,7 +247,7 @@ class StreamConsumer:
     def whole_settle_call(self, settlement: Settlement) -> ScriptCall:
         """The ``settle_stream`` call of any ending (``lua/settle_stream.lua``)."""
         delivery, outcome = settlement.delivery, settlement.outcome
-        queue, level = self._places[delivery.source]
+        queue, level = self._place(delivery.source)
         keys = [
             delivery.source, self._marker(delivery),
             self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
@@ -244,7 +267,7 @@ class StreamConsumer:
 
     async def reclaim(self, min_idle: float, running: Sequence[str] = ()) -> Delivery | None:
         # Rotate the order so a stream with a steady trickle cannot hide another's.
-        streams = list(self._places)
+        streams = self.delivery_streams
         shift = self._reclaim_turn % len(streams)
         self._reclaim_turn += 1
         streams = streams[shift:] + streams[:shift]
@@ -266,7 +289,7 @@ class StreamConsumer:
         args: list[Arg] = [GROUP, max(1, round(min_idle * 1000)), self._consumer]
         with translated(self._url):
             removed = await self._scripts.run(
-                ScriptCall("forget_consumers", list(self._places), args)
+                ScriptCall("forget_consumers", self.delivery_streams, args)
             )
         return int(removed)
 
@@ -288,7 +311,7 @@ class StreamConsumer:
 
     def place(self, stream: str) -> tuple[str, int]:
         """The queue and level index of one of this consumer's streams."""
-        return self._places[stream]
+        return self._place(stream)
 
     @property
     def url(self) -> str:

@@ -37,7 +37,7 @@ class FinalRecord(
     # last status_ttl, so its size is the feature's memory.
     rename={
         "status": "s", "task": "t", "attempts": "a", "enqueued_at": "e", "started_at": "b",
-        "finished_at": "f", "reason": "r",
+        "finished_at": "f", "reason": "r", "key": "k",
     },
 ):  # fmt: skip
     """What is kept of a job once it ended (under ``Keys.status``, for ``status_ttl``)."""
@@ -49,6 +49,7 @@ class FinalRecord(
     started_at: float = 0.0
     finished_at: float = 0.0
     reason: str = ""
+    key: str = ""
 
 
 class PackedRecord(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -63,6 +64,7 @@ class PackedRecord(msgspec.Struct, array_like=True, omit_defaults=True):
     finished: int = 0  # ms after enqueued
     ran: int | None = None  # ms from the last run's start to the end; None: it never ran
     reason: str = ""
+    key: str = ""  # the fairness key ("": none)
 
 
 class ResultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -99,6 +101,8 @@ class JobInfo:
         reason: why it ended so (a dead letter's reason, "cancelled", "expired: ...").
         result_kept: whether a result record was read (``result`` and ``error`` are
             known).
+        key: its fairness key (``@app.task(key_by=...)``); None: it has none, or it is
+            not known (a record written before lockgate 0.4).
     """
 
     id: str
@@ -112,6 +116,7 @@ class JobInfo:
     finished_at: datetime | None = None
     reason: str = ""
     result_kept: bool = False
+    key: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -127,14 +132,15 @@ def final_status(outcome: Outcome) -> Status:
 
 
 def final_record(
-    task: str, attempts: int, enqueued: float, started: float, finished: float, outcome: Outcome
-) -> bytes:
+    task: str, attempts: int, enqueued: float, started: float, finished: float,
+    outcome: Outcome, key: str | None = None,
+) -> bytes:  # fmt: skip
     """The final record of a job whose run ended with ``outcome`` (``started`` 0: it
-    never ran)."""
+    never ran; ``key``: its fairness key)."""
     enqueued_ms, finished_ms = round(enqueued * 1000), round(finished * 1000)
     record = PackedRecord(
         final_status(outcome), task, attempts, enqueued_ms, finished_ms - enqueued_ms,
-        finished_ms - round(started * 1000) if started else None, outcome.reason,
+        finished_ms - round(started * 1000) if started else None, outcome.reason, key or "",
     )  # fmt: skip
     return _packed_encoder.encode(record)
 
@@ -154,7 +160,7 @@ def read_final(data: bytes) -> FinalRecord:
         status=packed.status, task=packed.task, attempts=packed.attempts,
         enqueued_at=packed.enqueued / 1000, finished_at=finished / 1000,
         started_at=(finished - packed.ran) / 1000 if packed.ran is not None else 0.0,
-        reason=packed.reason,
+        reason=packed.reason, key=packed.key,
     )  # fmt: skip
 
 
@@ -212,7 +218,7 @@ def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> Jo
         return JobInfo(
             job_id, status, record.task, record.attempts, value, error,
             moment(record.enqueued_at), moment(record.started_at),
-            moment(record.finished_at), record.reason, kept is not None,
+            moment(record.finished_at), record.reason, kept is not None, record.key or None,
         )  # fmt: skip
     if state == "kept":  # the status expired before the result: the result tells it
         kept = _result(result, Any)
@@ -230,7 +236,9 @@ def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> Jo
     except SerializationError:
         return JobInfo(job_id, status)
     attempts = job.attempt if status == "running" else job.attempt - 1
-    return JobInfo(job_id, status, job.task, attempts, enqueued_at=moment(job.enqueued))
+    return JobInfo(
+        job_id, status, job.task, attempts, enqueued_at=moment(job.enqueued), key=job.key
+    )
 
 
 def _result(data: Any, returns: Any) -> tuple[Any, ErrorInfo | None] | None:

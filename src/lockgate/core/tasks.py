@@ -10,9 +10,10 @@ two equal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
 from lockgate.core.config import (
     Levels,
@@ -41,6 +42,7 @@ class TaskKeywords(TypedDict, total=False):
     expires: float | timedelta | None
     rate_limit: str | None
     keep_result: float | timedelta | None
+    key_by: str | Callable[..., Any] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +96,12 @@ class TaskSettings:
     """Seconds (or a timedelta) each job's return value (or its error) is kept for
     ``result()`` and ``App.job``, JSON-encoded like the jobs. None: not kept (the status
     alone is, for ``App(status_ttl=...)``)."""
+    key_by: str | Callable[..., Any] | None = None
+    """The jobs' fairness key (a tenant, an account): the name of one of the task's
+    parameters, whose value's ``str()`` is the key, or a function called with the job's
+    arguments as the task is, returning a ``str``. Within a level, jobs are served
+    round-robin across the keys with jobs waiting, whatever their task; jobs without a key
+    (other tasks', or an empty key) take one turn together. None: no key."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
     """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
     rate: Rate | None = field(init=False, repr=False, compare=False)

@@ -44,7 +44,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
         if app.status_ttl_ms:
             ran = job.attempt if ending.started else job.attempt - 1  # expired: never ran
             final = status.final_record(
-                job.task, ran, job.enqueued, ending.started, ending.finished, outcome
+                job.task, ran, job.enqueued, ending.started, ending.finished, outcome, job.key
             )
         # A duplicate acknowledged without running leaves the first run's result be.
         if task is not None and task.keep_result_ms and outcome.reason != ALREADY_PROCESSED:

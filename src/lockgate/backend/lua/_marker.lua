@@ -10,7 +10,9 @@
 -- ends the marker goes, as in 0.2 (so 0.2 producers in a rolling deploy see the id free),
 -- and its final record (written by the worker, see status.final_record) is kept instead for
 -- App(status_ttl=...), in a window's hash (see _status.lua).
--- place_of(stream): '<queue>:<level>' of a stream key (Keys.stream).
+-- place_of(stream): '<queue>:<level>' of a stream key (Keys.stream; '<queue>:<level>+' of a
+-- keyed jobs' delivery stream, Keys.fair_stream).
+-- level_place_of(stream): '<queue>:<level>' of either (where a delayed marker points).
 -- queue_of(key): '<queue>' of a sorted-backend key (Keys.sorted_*).
 -- mark_end(marker, index, id, shard, record, ttl_ms): the marker goes, and the final
 -- record is kept for ttl_ms (none for a record of '' or a TTL of 0; see keep_status).
@@ -19,6 +21,9 @@
 --#include _status
 local function place_of(stream)
   return string.match(stream, ':stream:(.+)$') or ''
+end
+local function level_place_of(stream)
+  return (string.gsub(place_of(stream), '%+$', ''))
 end
 local function queue_of(key)
   return string.match(key, ':sorted:(.+):[^:]+$') or ''

@@ -3,12 +3,13 @@
 -- streams before they look at the streams.
 -- promote(n): for k = 1..n, moves the jobs of delayed set KEYS[n + k] that are due by the
 -- server's clock (at most 1,000 per set per call; one ZRANGE when none is) into stream
--- KEYS[k], pointing each moved
--- job's marker at its new entry; under maxmemory an XADD refused stops that set's move
+-- KEYS[k] (a job with a fairness key into its key's stream, see _fair.lua), pointing each
+-- moved job's marker at its new entry; under maxmemory an XADD refused stops that set's move
 -- (the jobs stay delayed: draining frees memory). Returns ms until the next delayed job
 -- is due, -1 when none is.
 --#include _clock
 --#include _marker
+--#include _fair
 -- The marker of a job moved from a delayed set to ``stream`` as ``entry`` points there
 -- (only while it still says delayed). The one key no caller passes: which jobs fall due is
 -- known only here. Its name (Keys.job) is built from the stream key's own prefix, so it
@@ -33,9 +34,14 @@ local function promote(n)
       local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
       local moved = {}
       for _, job in ipairs(due) do
-        local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
-        if type(added) == 'table' and added.err then break end
-        point_marker(KEYS[k], job, added)
+        local jobs, marker = fair_route(KEYS[k], job)
+        if jobs then
+          if not pcall(fair_add, jobs, job, marker) then break end
+        else
+          local added = redis.pcall('XADD', KEYS[k], '*', 'job', job)
+          if type(added) == 'table' and added.err then break end
+          point_marker(KEYS[k], job, added)
+        end
         moved[#moved + 1] = job
       end
       if #moved > 0 then redis.call('ZREM', delayed, unpack(moved)) end

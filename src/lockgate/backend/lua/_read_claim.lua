@@ -15,6 +15,7 @@
 -- 2 not claimed here (no claims asked, not an idempotent task, names unreadable, or a full
 -- memory refused the claim): the worker then claims the job alone.
 --#include _take_claim
+--#include _job_names
 local function read_claims(first)
   local claims = {prefix = ARGV[first] or '', tasks = {}}
   if claims.prefix == '' then return claims end
@@ -22,20 +23,6 @@ local function read_claims(first)
   claims.done, claims.mirror = ARGV[first + 3], ARGV[first + 4]
   for i = first + 5, #ARGV do claims.tasks[ARGV[i]] = true end
   return claims
-end
-
--- The job id and task name of an encoded job, or nil.
-local function job_names(payload)
-  if not payload then return nil end
-  local id, task = string.match(payload, '^{"id":"(.-)","task":"(.-)",')
-  if id and not string.find(id, '\\', 1, true) and not string.find(task, '\\', 1, true) then
-    return id, task
-  end
-  local ok, job = pcall(cjson.decode, payload)  -- escapes in a name: decode the whole job
-  if ok and type(job) == 'table' and type(job.id) == 'string' and type(job.task) == 'string' then
-    return job.id, job.task
-  end
-  return nil
 end
 
 local function claim_job(claims, ref, payload)

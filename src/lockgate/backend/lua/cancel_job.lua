@@ -2,7 +2,8 @@
 -- running is flagged, for its worker to cancel.
 -- KEYS: [1] the job's marker, [2] its cancel flag, [3] the final records' index
 --       (Keys.statuses), then the keys of the place the marker named when the caller
---       read it (Keys.place_keys): streams: [4] the stream, [5] its delayed set;
+--       read it (Keys.place_keys): streams: [4] the stream, [5] its delayed set, [6] for
+--       a keyed job waiting, its key's stream (see _fair.lua);
 --       sorted: [4] payloads, [5] inflight, [6] delayed, [7] deliveries, [8] waiting,
 --       [9] ranks, [10] owners
 -- ARGV: [1] the streams' consumer group, [2] the final record of a cancelled job whose
@@ -10,7 +11,8 @@
 --       in it, as status.FinalRecord names them), [3] its TTL ms (0: none kept), [4] the
 --       cancel flag's TTL ms, [5] the marker's value the caller read ('' none), [6] the
 --       job id, [7] its status shard (Keys.status_shard)
--- Touches: XDEL of a waiting entry, ZREM from a delayed set, or ZREM/HDEL from a sorted
+-- Touches: XDEL of a waiting entry (a keyed one's key leaves the rotation with its last
+--          job), ZREM from a delayed set, or ZREM/HDEL from a sorted
 --          queue's sets, DEL of the marker (the id is free again) and the final record
 --          kept (see _status.lua; this one is JSON); a running job's flag is SET with a
 --          TTL to the take it is for (its worker looks), so a late look never cancels a
@@ -19,6 +21,7 @@
 -- marker changed since the caller read it: read again) or 'gone' (no such job waits or
 -- runs: unknown, ended, or a lockgate 0.2 marker).
 --#include _marker
+--#include _fair
 local group, placed, job_id = ARGV[1], ARGV[5], ARGV[6]
 if (redis.call('GET', KEYS[1]) or '') ~= placed then return 'moved' end
 if placed == '' then return 'gone' end
@@ -34,7 +37,7 @@ local function record_of(payload)
   local now = tonumber(t[1]) + math.floor(tonumber(t[2]) / 1000) / 1000
   return cjson.encode({
     s = 'cancelled', t = job.task, a = (tonumber(job.attempt) or 1) - 1, e = job.enqueued,
-    f = now, r = 'cancelled',
+    f = now, r = 'cancelled', k = job.key,
   })
 end
 local function removed(payload)
@@ -54,6 +57,14 @@ if entry then
   end
   redis.call('XDEL', KEYS[4], entry)
   return removed(payload)
+end
+local queued = string.match(placed, '^fair (%d+%-%d+) ')
+if queued then
+  local found = redis.call('XRANGE', KEYS[6], queued, queued)
+  if #found == 0 then return 'gone' end
+  redis.call('XDEL', KEYS[6], queued)
+  fair_forget(KEYS[6])
+  return removed(found[1][2][2])
 end
 local due = string.match(placed, '^delayed (%d+) ')
 if due then

@@ -1,23 +1,26 @@
 -- enqueue_stream.lua: add jobs to their streams, or to their streams' delayed sets, unless
 -- their job id is already queued, delayed or running, or their once-only key (a cron
 -- tick's) was taken.
--- KEYS: for job i, KEYS[4i-3] = job marker, KEYS[4i-2] = its stream, KEYS[4i-1] = its
+-- KEYS: for job i, KEYS[4i-3] = job marker, KEYS[4i-2] = its stream (a job with a fairness
+--       key: its key's stream, Keys.fair_jobs, see _fair.lua), KEYS[4i-1] = its
 --       delayed set, KEYS[4i] = its once-only key (any key when it has none); last, the
 --       namespace's wake stream
 -- ARGV: for job i, ARGV[3i-2] = encoded job, ARGV[3i-1] = delay in ms (0: now),
 --       ARGV[3i] = the once-only key's TTL ms (0: none)
 -- Touches: markers (SET, see _marker.lua), once-only keys (SET NX PX), streams (XADD,
---          field "job"), delayed sets (ZADD, scored by the server's clock + delay) and then
---          one XADD to the wake stream (MAXLEN 16) so idle workers learn the new due time;
---          nothing else is trimmed.
+--          field "job"; a keyed job: its key's stream and the rotation, see _fair.lua),
+--          delayed sets (ZADD, scored by the server's clock + delay) and then one XADD to
+--          the wake stream (MAXLEN 16) so idle workers learn the new due time (or, for a
+--          keyed job, that it waits where they do not block); nothing else is trimmed.
 -- Returns: for job i, its stream entry id, 'delayed', or 0 when the id or tick was taken.
 -- A call retried after its reply was lost (redis-py retries a call whose connection
 -- failed) finds its own job there, the very same encoded bytes: it answers as the first
 -- time did instead of calling the job a duplicate. Within one call an id counts once.
 --#include _clock
 --#include _marker
+--#include _fair
 local out = {}
-local now
+local now, keyed
 local wake = KEYS[#KEYS]
 local added_here = {}
 
@@ -26,6 +29,7 @@ local added_here = {}
 local function stored_reply(marker, placed, stream, delayed, job)
   if added_here[marker] then return 0 end
   local entry = string.match(placed, '^(%d+%-%d+)')
+    or string.match(placed, '^fair (%d+%-%d+) ')
   if string.match(placed, '^delayed') then
     if redis.call('ZSCORE', delayed, job) then return 'delayed' end
   elseif entry then
@@ -39,6 +43,7 @@ end
 for i = 1, #ARGV / 3 do
   local marker, stream, delayed = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
   local job, delay = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1])
+  local fair = string.find(stream, ':fair:', 1, true) ~= nil
   local placed = redis.call('GET', marker)
   if placed then
     out[i] = stored_reply(marker, placed, stream, delayed, job)
@@ -51,9 +56,14 @@ for i = 1, #ARGV / 3 do
     end
     local due = string.format('%.0f', now + delay)
     redis.call('ZADD', delayed, due, job)
-    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place_of(stream))
+    local place = fair and select(2, fair_names(stream)) or place_of(stream)
+    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place)
     added_here[marker] = true
     out[i] = 'delayed'
+  elseif fair then
+    out[i] = fair_add(stream, job, marker)
+    added_here[marker] = true
+    keyed = true
   else
     local id = redis.call('XADD', stream, '*', 'job', job)
     redis.call('SET', marker, id .. ' ' .. place_of(stream))
@@ -61,5 +71,5 @@ for i = 1, #ARGV / 3 do
     out[i] = id
   end
 end
-if now then redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', '1') end
+if now or keyed then redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', '1') end
 return out

@@ -2,7 +2,8 @@
 -- KEYS: [1] the job's marker, [2] its result key, [3] the final records' index
 --       (Keys.statuses), [4] its status key as lockgate 0.3 kept it, then the keys of the
 --       place the marker named when the caller read it (Keys.place_keys): streams: [5]
---       the stream, [6] its delayed set; sorted: [5] payloads, [6] inflight, [7] delayed,
+--       the stream, [6] its delayed set, [7] for a keyed job waiting, its key's stream
+--       (see _fair.lua); sorted: [5] payloads, [6] inflight, [7] delayed,
 --       [8] deliveries
 -- ARGV: [1] the streams' consumer group, [2] the marker's value the caller read ('' none),
 --       [3] the job id, [4] its status shard (Keys.status_shard)
@@ -46,6 +47,12 @@ if entry then
     return {'running', payload, result, row[1][4]}
   end
   return {'waiting', payload, result, 0}
+end
+local queued = string.match(placed, '^fair (%d+%-%d+) ')
+if queued then
+  local found = redis.call('XRANGE', KEYS[7], queued, queued)
+  if #found == 0 then return {'unknown', false, result, 0} end
+  return {'waiting', found[1][2][2], result, 0}
 end
 local due = string.match(placed, '^delayed (%d+) ')
 if due then

@@ -9,7 +9,8 @@
 --          XLEN, and XINFO GROUPS of a stream that is not empty. Acknowledged entries are deleted, so the jobs waiting
 --          are the entries not pending in the group (all of them while there is none).
 -- Returns: {waiting, next_due_ms}: waiting[k] = jobs waiting in stream k (0 for a paused
---          queue's); next_due_ms = ms until the next delayed job is due, -1 when none.
+--          queue's), and one for each fairness key with jobs waiting in its queue and
+--          level (a read serves one job per key and turn: see _fair.lua); next_due_ms = ms until the next delayed job is due, -1 when none.
 --#include _promote
 local group = ARGV[1]
 local n = (#KEYS - 1) / 2
@@ -26,6 +27,10 @@ for k = 1, n do
       for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
       if fields['name'] == group then count = count - fields['pending'] end
     end
+  end
+  if not paused[ARGV[1 + k]] then
+    local turns = redis.call('ZCARD', (rotation_of(KEYS[k])))
+    if turns > 0 then count = count + turns - 1 end
   end
   waiting[k] = count
 end

@@ -1,7 +1,9 @@
 -- purge_stream.lua: delete one chunk of a stream's waiting jobs (a purge reads the next
 -- entries after the group's last-delivered id, then calls this for them, up to a thousand
 -- at a time, so Redis is never blocked by one long call).
--- KEYS: the stream, the final records' index (Keys.statuses), then three keys of each
+-- KEYS: the stream (or a fairness key's stream of waiting jobs, Keys.fair_jobs, which
+--       has no group: all of it waits, and the key leaves its rotation once it is empty,
+--       see _fair.lua), the final records' index (Keys.statuses), then three keys of each
 --       entry's job, one triple per entry in ARGV: its marker (Keys.job), its status key
 --       as lockgate 0.3 kept it and its result key (Keys.status, Keys.result: an earlier
 --       job's records under the same id must not answer for this one); for an entry
@@ -16,18 +18,9 @@
 --          (pending) entries, the delayed set and the stream key itself (its group) stay.
 -- Returns: how many entries were deleted.
 
--- Whether stream id a comes after stream id b (decimal parts compared exactly, as text).
-local function later(a, b)
-  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
-  if not ams or not bms then return false end
-  if #ams ~= #bms then return #ams > #bms end
-  if ams ~= bms then return ams > bms end
-  if #aseq ~= #bseq then return #aseq > #bseq end
-  return aseq > bseq
-end
-
 --#include _status
+--#include _entry_ids
+--#include _fair
 local stream, group = KEYS[1], ARGV[1]
 local groups = redis.pcall('XINFO', 'GROUPS', stream)
 if groups.err then return 0 end -- no stream: nothing waits
@@ -43,10 +36,12 @@ for a = 2, #ARGV, 3 do
   if later(entry, delivered) and redis.call('XDEL', stream, entry) == 1 then
     deleted = deleted + 1
     local placed = redis.call('GET', KEYS[k])
-    if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' ') then
+    if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' '
+        or string.sub(placed, 1, #entry + 6) == 'fair ' .. entry .. ' ') then
       redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2])
       forget_status(KEYS[2], ARGV[a + 1], ARGV[a + 2])
     end
   end
 end
+if string.find(stream, ':fair:', 1, true) then fair_forget(stream) end
 return deleted

@@ -16,14 +16,18 @@
 -- Paused: the streams of a paused queue are not read (they count as dry), so no worker
 --          takes a job from it once the pause's ZADD returned; their due delayed jobs
 --          still move into them, and wait there.
+-- Keyed jobs: a stream whose queue and level have a rotation of fairness keys is served one
+--          job per turn (see _fair.lua): its keyed jobs move into its delivery stream
+--          (Keys.fair_stream, derived from its name) and are read from there.
 -- Pass 1 takes each level's quota in key order; pass 2 fills what is left in key order,
 -- so no slot stays idle while any stream has work and precedence holds within each pass.
 -- Claims: an entry of an idempotent task is claimed as it is read, with the token
 --          '<token prefix>:<entry id>' (see _read_claim.lua).
 -- Returns: {dry, entries, last_ids, next_due_ms}. dry[k] = 1 when stream k returned fewer
 --          than asked (or its queue is paused); entries = flat {key index, entry id,
---          fields, claim, ms} quintuples, claim being 1 claimed, 0 already done, -1 busy (ms left on the holder's lease),
---          2 not claimed here; last_ids = each
+--          fields, claim, ms} quintuples (key index n + k: the delivery stream of stream
+--          k), claim being 1 claimed, 0 already done, -1 busy (ms left on the holder's
+--          lease), 2 not claimed here; last_ids = each
 --          stream's last generated id when nothing was read (for a blocking XREAD wake-up;
 --          '' for a paused queue's stream, whose new jobs must not wake an idle worker; the
 --          wake stream's last, '0-0' while it does not exist), else {}; next_due_ms =
@@ -33,6 +37,7 @@
 --#include _read_claim
 --#include _marker
 --#include _promote
+--#include _fair
 local group, consumer = ARGV[1], ARGV[2]
 local remaining = tonumber(ARGV[3])
 local nlevels = tonumber(ARGV[4])
@@ -58,14 +63,13 @@ local next_due = promote(n)
 local dry, entries = {}, {}
 for k = 1, n do dry[k] = held(k) and 1 or 0 end
 
-local function read(k, count)
-  local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', KEYS[k], '>'}
+-- Read up to count jobs of stream `key`, reported as stream k.
+local function read_from(key, k, count)
+  local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', key, '>'}
   local reply = redis.pcall(unpack(args))
   if type(reply) == 'table' and reply.err then
-    if not string.find(reply.err, 'NOGROUP', 1, true) then
-      return redis.error_reply(reply.err)
-    end
-    redis.call('XGROUP', 'CREATE', KEYS[k], group, '0', 'MKSTREAM')
+    if not string.find(reply.err, 'NOGROUP', 1, true) then error(reply) end
+    redis.call('XGROUP', 'CREATE', key, group, '0', 'MKSTREAM')
     reply = redis.call(unpack(args))
   end
   local got = 0
@@ -80,6 +84,20 @@ local function read(k, count)
       got = got + 1
     end
   end
+  return got
+end
+
+-- Read up to count jobs for stream k: one per turn of its fairness keys while it has
+-- a rotation, else as they came.
+local function read(k, count)
+  local moved, got = fair_take(KEYS[k], KEYS[k] .. '+', count, function(one)
+    return read_from(KEYS[k], k, one)
+  end)
+  if moved == nil then
+    got = read_from(KEYS[k], k, count)
+  elseif moved > 0 then
+    got = got + read_from(KEYS[k] .. '+', n + k, moved)
+  end
   if got < count then dry[k] = 1 end
   return got
 end
@@ -89,7 +107,6 @@ for k = 1, n do
   local want = math.min(quota[level], remaining)
   if want > 0 and not held(k) then
     local got = read(k, want)
-    if type(got) == 'table' then return got end
     quota[level] = quota[level] - got
     remaining = remaining - got
   end
@@ -98,7 +115,6 @@ for k = 1, n do
   if remaining <= 0 then break end
   if dry[k] == 0 then
     local got = read(k, remaining)
-    if type(got) == 'table' then return got end
     remaining = remaining - got
   end
 end

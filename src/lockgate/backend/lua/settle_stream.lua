@@ -45,7 +45,7 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   if kind == 'retry' then
     local due = string.format('%.0f', now_ms() + tonumber(ARGV[12]))
     redis.call('ZADD', delayed, due, ARGV[11])
-    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place_of(stream))
+    redis.call('SET', marker, 'delayed ' .. due .. ' ' .. level_place_of(stream))
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
     if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 21) end

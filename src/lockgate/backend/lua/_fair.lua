@@ -1,0 +1,125 @@
+-- _fair.lua: a fragment, not a script. Included (--#include _fair) by the scripts that
+-- queue, hand out, find or remove the jobs of tasks with a fairness key
+-- (@app.task(key_by=...)) on the streams backend.
+-- A keyed job waits in its key's own stream (Keys.fair_jobs: '<rotation>:<key>', no
+-- group), not in its level's stream. The rotation (Keys.fair_rotation,
+-- '<prefix>:fair:<queue>:<level>': a sorted set, so that only commands of the README's ACL
+-- list are needed, and a key leaves it in O(log n)) scores each key with jobs waiting by
+-- its next turn, and '' for the turn of the level's jobs without a key, which stay in the
+-- level's stream: a key is in it exactly while its stream has entries, and '' exactly
+-- while some key is. A read (read_stream.lua) serves a level whose rotation exists one job
+-- per turn: it takes the lowest-scored turn, moves that key's oldest job into the level's
+-- delivery stream (Keys.fair_stream, '<level stream>+'), or reads one job of the level's
+-- stream for '', and scores the turn after the last one while it has jobs left; then one
+-- XREADGROUP hands out the moved jobs. A key with 100,000 jobs waiting and a key with 3 get one turn each per round.
+-- The delivery stream holds only jobs handed out (running), so acks, reclaims and
+-- heartbeats treat it as any stream. A waiting keyed job's marker reads
+-- 'fair <entry> <queue>:<level> <key>' (the key last: it may hold spaces).
+-- Names a script builds here, that no caller passes: the key streams and the moved jobs'
+-- markers. They start with the prefix of a key the caller passed, so they carry its hash
+-- tag and lie in the slot the call was routed to.
+-- fair_names(jobs): rotation, '<queue>:<level>', key of a key stream's name.
+-- fair_add(jobs, job, marker): queue an encoded job in its key's stream (joining the
+--   rotation when the key had none waiting) and point its marker there; returns its entry.
+-- fair_forget(jobs): after an entry left a key stream other than by a turn (a cancel, a
+--   purge), drop the key from its rotation if its stream is now empty.
+-- fair_route(stream, job): the key stream and the marker of an encoded job of the level
+--   stream `stream` when the job has a fairness key, else nil.
+-- fair_take(stream, delivery, want, read_plain): up to `want` turns of the rotation of
+--   the level stream `stream` (see above), moving keyed jobs into `delivery`; read_plain(1)
+--   reads one job of the level's stream and returns how many it got. Returns the number
+--   of jobs moved and of jobs read by read_plain, or nil when the level has no rotation.
+--#include _job_names
+local function fair_names(jobs)
+  local rotation, queue, level, key = string.match(jobs, '^(.-:fair:([^:]+):([^:]+)):(.+)$')
+  return rotation, queue .. ':' .. level, key
+end
+
+-- The score after the rotation's last turn (1 for an empty rotation).
+local function next_turn(rotation)
+  local last = redis.call('ZRANGE', rotation, -1, -1, 'WITHSCORES')
+  return last[2] and tonumber(last[2]) + 1 or 1
+end
+
+local function fair_add(jobs, job, marker)
+  local rotation, place, key = fair_names(jobs)
+  local entry = redis.call('XADD', jobs, '*', 'job', job)
+  if redis.call('XLEN', jobs) == 1 then
+    local turn = next_turn(rotation)
+    if turn == 1 then
+      redis.call('ZADD', rotation, 1, '')
+      turn = 2
+    end
+    redis.call('ZADD', rotation, turn, key)
+  end
+  redis.call('SET', marker, 'fair ' .. entry .. ' ' .. place .. ' ' .. key)
+  return entry
+end
+
+local function fair_forget(jobs)
+  if redis.call('XLEN', jobs) > 0 then return end
+  local rotation, _, key = fair_names(jobs)
+  redis.call('DEL', jobs)
+  redis.call('ZREM', rotation, key)
+  if redis.call('ZCARD', rotation) == 1 then redis.call('DEL', rotation) end
+end
+
+local function rotation_of(stream)
+  local prefix, place = string.match(stream, '^(.-):stream:(.+)$')
+  return prefix .. ':fair:' .. place, prefix
+end
+
+local function fair_route(stream, job)
+  if not string.find(job, '"key":"', 1, true) then return nil end
+  local ok, decoded = pcall(cjson.decode, job)
+  if not ok or type(decoded) ~= 'table' or type(decoded.key) ~= 'string'
+      or decoded.key == '' or type(decoded.id) ~= 'string' then
+    return nil
+  end
+  local rotation, prefix = rotation_of(stream)
+  return rotation .. ':' .. decoded.key, prefix .. ':job:' .. decoded.id
+end
+
+local function fair_take(stream, delivery, want, read_plain)
+  local rotation, prefix = rotation_of(stream)
+  local turns = redis.call('ZCARD', rotation)
+  if turns == 0 then return nil end
+  local place = string.match(delivery, ':stream:(.+)$')
+  local turn = next_turn(rotation)
+  local moved, read, plain_dry = 0, 0, false
+  local budget = want + turns
+  while moved + read < want and budget > 0 do
+    budget = budget - 1
+    local key = redis.call('ZRANGE', rotation, 0, 0)[1]
+    if not key then break end
+    if key == '' then
+      if not plain_dry then
+        local got = read_plain(1)
+        read = read + got
+        plain_dry = got == 0
+      end
+      redis.call('ZADD', rotation, turn, '')
+      turn = turn + 1
+    else
+      local jobs = rotation .. ':' .. key
+      local first = redis.call('XRANGE', jobs, '-', '+', 'COUNT', 1)[1]
+      if first then
+        local job = first[2][2]
+        redis.call('XDEL', jobs, first[1])
+        local entry = redis.call('XADD', delivery, '*', 'job', job)
+        local id = job_names(job)
+        if id then redis.call('SET', prefix .. ':job:' .. id, entry .. ' ' .. place) end
+        moved = moved + 1
+      end
+      if redis.call('XLEN', jobs) > 0 then
+        redis.call('ZADD', rotation, turn, key)
+        turn = turn + 1
+      else
+        redis.call('DEL', jobs)
+        redis.call('ZREM', rotation, key)
+      end
+    end
+  end
+  if redis.call('ZCARD', rotation) == 1 then redis.call('DEL', rotation) end
+  return moved, read
+end
