@@ -279,3 +279,13 @@ def worker_for(app: App, **config: Any) -> Worker:
     config.setdefault("idle_wait", 1.0)
     config.setdefault("grace_period", 10.0)
     return Worker(app, WorkerConfig(**config))
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most spans (start, end) open at one moment (a ledger's concurrency)."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    most = now = 0
+    for _, step in edges:  # an end at the very moment of a start closes first (-1 < 1)
+        now += step
+        most = max(most, now)
+    return most

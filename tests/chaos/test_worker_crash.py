@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import redis
 from worker_proc import record_key
 
-from conftest import job_ended, wait_until_sync
+from conftest import job_ended, most_at_once, wait_until_sync
 from lockgate import App
 from lockgate.backend.keys import GROUP
 from lockgate.core.codec import decode
@@ -175,3 +176,58 @@ def test_graceful_shutdown_loses_nothing(
     assert runs == dict.fromkeys(ids, 1)
     assert stopped, f"the first worker did not exit within 10 s of SIGTERM\n{first_log}"
     assert worker.popen.returncode == 0, first_log
+
+
+def test_slots_of_a_killed_worker_come_back_and_the_limit_holds(
+    make_app: Callable[..., App],
+    namespace: str,
+    rclient: redis.Redis,
+    spawn_worker: Callable[..., Proc],
+) -> None:
+    """Streams, ``key_concurrency=2``: SIGKILL a worker while it holds slots of three keys;
+    another worker reclaims its jobs with their slots and runs everything once to the
+    end; a ledger of runs (the killed ones ending at the kill) never has more than 2 of
+    a key at once, and no slot is left held."""
+    app = make_app()
+
+    @app.task(key_by="tenant", key_concurrency=2)
+    def limited(tenant: str, ms: int) -> None: ...
+
+    sent = app.enqueue_many([limited.message(t, 150) for t in "abc" for _ in range(12)])
+    ledger = record_key(namespace, "ledger")
+    first = spawn_worker("streams", concurrency=8, visibility=1.0)
+    wait_until_sync(lambda: rclient.llen(ledger) >= 10, message="the first worker is busy")
+    first.popen.send_signal(signal.SIGKILL)
+    assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
+    killed_at = time.time()
+    second = spawn_worker("streams", concurrency=8, visibility=1.0)
+    runs = record_key(namespace, "runs")
+    wait_until_sync(lambda: rclient.hlen(runs) == 36 or second.popen.poll() is not None,
+                    timeout=60, message="every job ran to its end")  # fmt: skip
+    assert second.popen.poll() is None, second.tail()
+    counts = {k.decode(): int(v) for k, v in rclient.hgetall(runs).items()}
+    assert set(counts) == {r.job_id for r in sent}
+    starts: dict[str, list[tuple[str, float]]] = {}
+    ends: dict[str, list[float]] = {}
+    for line in rclient.lrange(ledger, 0, -1):
+        kind, tenant, job_id, stamp = line.decode().split(" ")
+        if kind == "start":
+            starts.setdefault(tenant, []).append((job_id, float(stamp)))
+        else:
+            ends.setdefault(job_id, []).append(float(stamp))
+    for job_id, count in counts.items():  # a second end only after an end the kill lost
+        assert count == 1 or (count == 2 and min(ends[job_id]) < killed_at), job_id
+    for tenant, begun in starts.items():
+        runs_of = []
+        for job_id, start in begun:  # a run ends before the job's next start, or at the kill
+            later = [s for j, s in begun if j == job_id and s > start]
+            until = min(later, default=float("inf"))
+            after = [end for end in ends.get(job_id, []) if start <= end < until]
+            runs_of.append((start, min(after) if after else killed_at))
+        assert most_at_once(runs_of) <= 2, (tenant, sorted(runs_of))
+    for tenant in "abc":
+        wait_until_sync(lambda t=tenant: rclient.zcard(app.keys.fair_slots(limited.name, t)) == 0,
+                        message="no slot left held")  # fmt: skip
+    assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
+    second.popen.send_signal(signal.SIGTERM)
+    assert second.exited(30), second.tail()

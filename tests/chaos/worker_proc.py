@@ -48,6 +48,17 @@ def build(url: str, namespace: str, backend: str) -> App:
         results.hincrby(record_key(namespace, "runs"), job_id, 1)
         results.sadd(record_key(namespace, "done"), job_id)
 
+    if backend == "streams":
+
+        @app.task(key_by="tenant", key_concurrency=2)
+        def limited(tenant: str, ms: int) -> None:
+            """Take ``ms`` milliseconds with a slot of ``tenant``; the ledger says when."""
+            job_id = current_job().job_id
+            results.rpush(record_key(namespace, "ledger"), f"start {tenant} {job_id} {time.time()}")
+            time.sleep(ms / 1000)
+            results.rpush(record_key(namespace, "ledger"), f"end {tenant} {job_id} {time.time()}")
+            results.hincrby(record_key(namespace, "runs"), job_id, 1)
+
     return app
 
 

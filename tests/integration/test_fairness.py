@@ -8,11 +8,13 @@ start, from inside the tasks.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
 
-from conftest import running, wait_until, worker_for
+from conftest import most_at_once, running, wait_until, worker_for
 from lockgate import App, ConfigError, current_job
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.queues import purge
@@ -167,3 +169,51 @@ async def test_stats_count_keyed_jobs_and_purge_removes_them(make_app: Callable[
     assert not await client.exists(app.keys.fair_rotation("default", "low"))
     again = keyed.enqueue("a", 1, job_id=sent[0].job_id)  # the purge freed its id
     assert again.created
+
+
+async def test_key_concurrency_is_never_exceeded_and_holds_back_nothing_else(
+    make_app: Callable[..., App],
+) -> None:
+    """Limit 2 per key, 16 slots in the worker: each key runs at most 2 at once (a ledger
+    of start and end stamps), all of them run, and another task's jobs of the same key and
+    the jobs of other keys are not held back by a key at its limit."""
+    app = make_app()
+    ledger: dict[str, list[tuple[float, float]]] = {}
+    other_started: list[float] = []
+    began = asyncio.get_running_loop().time()
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=2)
+    async def call_partner(tenant: str, n: int) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(0.02)
+        ledger.setdefault(tenant, []).append((start, time.monotonic()))
+
+    @app.task(priority="low", key_by="tenant")
+    async def note(tenant: str, n: int) -> None:
+        other_started.append(asyncio.get_running_loop().time() - began)
+
+    app.enqueue_many([call_partner.message(t, n) for t in ("a", "b", "c") for n in range(30)])
+    app.enqueue_many([note.message("a", n) for n in range(5)])
+    worker = worker_for(app, concurrency=16)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 95, timeout=60)
+    assert {t: len(spans) for t, spans in ledger.items()} == {"a": 30, "b": 30, "c": 30}
+    assert {t: most_at_once(spans) for t, spans in ledger.items()} == {"a": 2, "b": 2, "c": 2}
+    # The five notes of key "a" did not wait for its 30 limited calls (15 x 20 ms at 2).
+    assert max(other_started) < 0.25, other_started
+    client, _ = await app.async_connection()
+    slots = [app.keys.fair_slots(call_partner.name, t) for t in "abc"]
+    assert [await client.zcard(key) for key in slots] == [0, 0, 0]
+    assert await client.hlen(app.keys.fair_holds("default", "low")) == 0
+
+
+def test_key_concurrency_needs_key_by_and_the_streams_backend(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+    with pytest.raises(ConfigError, match="needs key_by"):
+        app.task(key_concurrency=2)(lambda n: None)
+    with pytest.raises(ConfigError, match="whole number >= 1"):
+        app.task(key_by="n", key_concurrency=0)(lambda n: None)
+    with pytest.raises(ConfigError, match="streams backend"):
+        make_app(backend="sorted").task(key_by="n", key_concurrency=2)(lambda n: None)

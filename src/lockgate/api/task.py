@@ -158,6 +158,7 @@ class Task(Generic[P, R]):
         # Decided once here, so that enqueue and the worker only look values up.
         self.schema = Schema(self.name, fn, self.signature)
         self.key_of = key_function(self.name, settings.key_by, self.signature)
+        self.key_concurrency = settings.key_concurrency
 
     @cached_property
     def returns(self) -> Any:

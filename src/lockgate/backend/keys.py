@@ -113,6 +113,21 @@ class Keys:
         have no ``:``, so the key is what follows the third colon after ``fair``."""
         return f"{self.fair_rotation(queue, level)}:{key}"
 
+    def fair_limits(self) -> str:
+        """Streams backend: hash of task name -> its ``key_concurrency`` (0: none), as the
+        workers last started declared it (see ``lua/_fair.lua``)."""
+        return f"{self.prefix}:fair-limits"
+
+    def fair_slots(self, task: str, key: str) -> str:
+        """Streams backend: the slots one task's jobs of one key hold (a sorted set of
+        the delivery entries holding one, see ``lua/_fair.lua``)."""
+        return f"{self.prefix}:{joined('slots', task, key)}"
+
+    def fair_holds(self, queue: str, level: str) -> str:
+        """Streams backend: hash of a delivery stream's entry -> the slots key its job
+        holds a slot of, for its settle."""
+        return f"{self.prefix}:fair-holds:{queue}:{level}"
+
     def delayed(self, queue: str, level: str) -> str:
         """Jobs of one stream waiting for a due time (retries, delayed enqueues).
 

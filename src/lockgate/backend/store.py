@@ -183,6 +183,16 @@ class Store:
         client = await connect_worker_client(self.url, max_connections=max_connections)
         return await self._checked_async(client), await server_warnings(client)
 
+    async def declare_key_limits(self, client: AsyncClient, limits: Mapping[str, int]) -> None:
+        """Write the ``key_concurrency`` of a worker's keyed tasks (0: none), where reads
+        look them up (``Keys.fair_limits``): the worker started last decides."""
+        if not limits or self.broker.ranked:
+            return
+        fields: dict[Any, Any] = dict(limits)
+        with translated(self.url):
+            for keys in self.layout.parts:
+                await client.hset(keys.fair_limits(), mapping=fields)
+
     def retarget(self, url: str) -> None:
         """Use another URL from now on (the CLI's ``--url``); the sync client closes.
 

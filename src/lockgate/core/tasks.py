@@ -24,6 +24,7 @@ from lockgate.core.config import (
 )
 from lockgate.core.ratelimit import Rate, parse_rate
 from lockgate.core.retry import DEFAULT_TTL, Backoff, RetryPolicy, check_expiry, check_ttl
+from lockgate.errors import ConfigError
 
 
 class TaskKeywords(TypedDict, total=False):
@@ -43,6 +44,7 @@ class TaskKeywords(TypedDict, total=False):
     rate_limit: str | None
     keep_result: float | timedelta | None
     key_by: str | Callable[..., Any] | None
+    key_concurrency: int | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +104,10 @@ class TaskSettings:
     arguments as the task is, returning a ``str``. Within a level, jobs are served
     round-robin across the keys with jobs waiting, whatever their task; jobs without a key
     (other tasks', or an empty key) take one turn together. None: no key."""
+    key_concurrency: int | None = None
+    """At most this many jobs of one key of this task run at once, across every worker
+    (needs ``key_by``). A job over it is not started, and does not hold back the jobs of
+    other keys or tasks. None: no limit."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
     """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
     rate: Rate | None = field(init=False, repr=False, compare=False)
@@ -121,6 +127,14 @@ class TaskSettings:
         object.__setattr__(self, "expires", _seconds_or_none(self.expires, "expires"))
         object.__setattr__(self, "keep_result", _seconds_or_none(self.keep_result, "keep_result"))
         object.__setattr__(self, "rate", None)
+        limit = self.key_concurrency
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 1):  # fmt: skip
+            raise ConfigError(f"key_concurrency must be a whole number >= 1, not {limit!r}")
+        if limit is not None and self.key_by is None:
+            raise ConfigError(
+                "key_concurrency limits the jobs of one fairness key: it needs key_by"
+            )
         if self.name is not None:
             self._check_named(check_task_name(self.name))
         check_name(self.queue, "queue")

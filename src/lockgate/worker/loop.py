@@ -197,7 +197,9 @@ class Worker:
         liveness = self._liveness = LivenessKeeper(
             store.url, self.name, consumer.liveness_keys, timing, self._running_ids
         )
+        keyed = {n: t.key_concurrency or 0 for n, t in self.app.tasks.items() if t.key_of}
         try:
+            await store.declare_key_limits(client, keyed)  # reads look the limits up there
             await asyncio.to_thread(liveness.start)
             await self.app.hooks.start(self.app)
         except BaseException:

@@ -25,11 +25,31 @@
 --   purge), drop the key from its rotation if its stream is now empty.
 -- fair_route(stream, job): the key stream and the marker of an encoded job of the level
 --   stream `stream` when the job has a fairness key, else nil.
--- fair_take(stream, delivery, want, read_plain): up to `want` turns of the rotation of
---   the level stream `stream` (see above), moving keyed jobs into `delivery`; read_plain(1)
---   reads one job of the level's stream and returns how many it got. Returns the number
---   of jobs moved and of jobs read by read_plain, or nil when the level has no rotation.
+-- fair_take(stream, delivery, group, want, read_plain): up to `want` turns of the rotation
+--   of the level stream `stream` (see above), moving keyed jobs into `delivery`;
+--   read_plain(1) reads one job of the level's stream and returns how many it got.
+--   Returns the number of jobs moved and of jobs read by read_plain, or nil when the
+--   level has no rotation.
+-- fair_release(delivery, entry): give back the slot the job of a delivery stream's entry
+--   holds, if any (its settle calls it); true when it held one.
+-- Limits (@app.task(key_concurrency=N)): the hash '<prefix>:fair-limits' (Keys.fair_limits,
+-- written by workers as they start) gives a task's N (0 or none: no limit). A job of a
+-- limited task moves only while its task and key hold fewer than N slots: the sorted set
+-- '<prefix>:slots/<bytes of task>:<task>:<key>' (Keys.fair_slots), whose members are the
+-- delivery entries holding one ('<queue>:<level> <entry>', scored by the ms they took it).
+-- A slot belongs to the job's run, not to a worker: it is held while its entry is pending
+-- in the consumer group, whoever owns it (a dead worker's job is reclaimed and run again
+-- with its slot), renewed by nothing else, and given back in the settle that acks the
+-- entry, which only the entry's owner can do (a zombie's settle gives back nothing). A
+-- member whose entry is no longer pending (a slot that leaked: a flushed group, a stream
+-- deleted by hand) is dropped when the limit is reached and the slots are counted again.
+-- The delivery stream's hash '<prefix>:fair-holds:<queue>:<level>' (Keys.fair_holds) maps
+-- an entry to the slots key it holds, for the settle. Within its turn a key moves the
+-- first of its next SCAN jobs whose task has a slot free: jobs over their limit do not
+-- hold back the key's other tasks (further back than SCAN jobs, they wait a turn).
 --#include _job_names
+--#include _clock
+local FAIR_SCAN = 16
 local function fair_names(jobs)
   local rotation, queue, level, key = string.match(jobs, '^(.-:fair:([^:]+):([^:]+)):(.+)$')
   return rotation, queue .. ':' .. level, key
@@ -80,11 +100,54 @@ local function fair_route(stream, job)
   return rotation .. ':' .. decoded.key, prefix .. ':job:' .. decoded.id
 end
 
-local function fair_take(stream, delivery, want, read_plain)
+local limits = {}
+local function limit_of(prefix, task)
+  local limit = limits[task]
+  if limit == nil then
+    limit = tonumber(redis.call('HGET', prefix .. ':fair-limits', task) or '0') or 0
+    limits[task] = limit
+  end
+  return limit
+end
+
+-- Slots taken by this call: their entries are not pending before its XREADGROUP.
+local taken_here = {}
+
+-- Whether a slot of `slots` is free under `limit`, after dropping the members whose entry
+-- is no longer pending.
+local function slot_free(prefix, slots, limit, group)
+  if redis.call('ZCARD', slots) < limit then return true end
+  for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
+    local place, entry = string.match(member, '^(%S+) (%S+)$')
+    if not taken_here[member] then
+      local pending = place and redis.pcall('XPENDING', prefix .. ':stream:' .. place .. '+',
+        group, entry, entry, 1)
+      if not pending or pending.err or #pending == 0 then redis.call('ZREM', slots, member) end
+    end
+  end
+  return redis.call('ZCARD', slots) < limit
+end
+
+-- The first of a key's next jobs that may move now (its task has a slot free, or no
+-- limit): its entry in the key's stream, payload, and slots key (nil: no limit), or nil.
+local function movable(prefix, jobs, key, group)
+  for _, found in ipairs(redis.call('XRANGE', jobs, '-', '+', 'COUNT', FAIR_SCAN)) do
+    local job = found[2][2]
+    local _, task = job_names(job)
+    local limit = task and limit_of(prefix, task) or 0
+    if limit <= 0 then return found[1], job, nil end
+    local slots = prefix .. ':slots/' .. #task .. ':' .. task .. ':' .. key
+    if slot_free(prefix, slots, limit, group) then return found[1], job, slots end
+  end
+  return nil
+end
+
+local function fair_take(stream, delivery, group, want, read_plain)
   local rotation, prefix = rotation_of(stream)
   local turns = redis.call('ZCARD', rotation)
   if turns == 0 then return nil end
   local place = string.match(delivery, ':stream:(.+)$')
+  local level_place = string.sub(place, 1, -2)
   local turn = next_turn(rotation)
   local moved, read, plain_dry = 0, 0, false
   local budget = want + turns
@@ -102,13 +165,17 @@ local function fair_take(stream, delivery, want, read_plain)
       turn = turn + 1
     else
       local jobs = rotation .. ':' .. key
-      local first = redis.call('XRANGE', jobs, '-', '+', 'COUNT', 1)[1]
+      local first, job, slots = movable(prefix, jobs, key, group)
       if first then
-        local job = first[2][2]
-        redis.call('XDEL', jobs, first[1])
+        redis.call('XDEL', jobs, first)
         local entry = redis.call('XADD', delivery, '*', 'job', job)
         local id = job_names(job)
         if id then redis.call('SET', prefix .. ':job:' .. id, entry .. ' ' .. place) end
+        if slots then
+          taken_here[level_place .. ' ' .. entry] = true
+          redis.call('ZADD', slots, now_ms(), level_place .. ' ' .. entry)
+          redis.call('HSET', prefix .. ':fair-holds:' .. level_place, entry, slots)
+        end
         moved = moved + 1
       end
       if redis.call('XLEN', jobs) > 0 then
@@ -122,4 +189,15 @@ local function fair_take(stream, delivery, want, read_plain)
   end
   if redis.call('ZCARD', rotation) == 1 then redis.call('DEL', rotation) end
   return moved, read
+end
+
+local function fair_release(delivery, entry)
+  local prefix, place = string.match(delivery, '^(.-):stream:(.+)%+$')
+  if not prefix then return false end
+  local holds = prefix .. ':fair-holds:' .. place
+  local slots = redis.call('HGET', holds, entry)
+  if not slots then return false end
+  redis.call('ZREM', slots, place .. ' ' .. entry)
+  redis.call('HDEL', holds, entry)
+  return true
 end

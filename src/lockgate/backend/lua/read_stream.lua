@@ -90,7 +90,7 @@ end
 -- Read up to count jobs for stream k: one per turn of its fairness keys while it has
 -- a rotation, else as they came.
 local function read(k, count)
-  local moved, got = fair_take(KEYS[k], KEYS[k] .. '+', count, function(one)
+  local moved, got = fair_take(KEYS[k], KEYS[k] .. '+', group, count, function(one)
     return read_from(KEYS[k], k, one)
   end)
   if moved == nil then

@@ -32,6 +32,7 @@
 --#include _settle_claim
 --#include _dead_letter
 --#include _marker
+--#include _fair
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned = 0
@@ -42,6 +43,10 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   owned = 1
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
+  -- A keyed job's slot goes back, and idle workers look for the jobs it held back.
+  if string.byte(stream, -1) == 43 and fair_release(stream, id) then  -- 43: '+'
+    redis.call('XADD', wake, 'MAXLEN', '16', '*', 'slot', '1')
+  end
   if kind == 'retry' then
     local due = string.format('%.0f', now_ms() + tonumber(ARGV[12]))
     redis.call('ZADD', delayed, due, ARGV[11])
