@@ -153,7 +153,7 @@ async def test_a_throttled_job_goes_back_as_the_same_attempt_and_lets_its_claim_
         assert outcome.next_job == msgspec.structs.replace(job, waits=4, rate_reserved=True)
         # Back at its turn, it starts without asking again (the limiter is not asked).
         back = _delivery(outcome.next_job, ReadClaim("tok-4", 1))
-        assert await runner._rate_limited(pay, pay.rate_limit, back) is None
+        assert await runner._rate_limited(pay, back) is None
         # The claim its read took is let go when the ending settles, not kept waiting.
         assert ending.claim is not None and ending.claim.token == "tok-2"
         assert outcome.claim == "release"

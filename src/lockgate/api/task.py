@@ -159,6 +159,7 @@ class Task(Generic[P, R]):
         self.schema = Schema(self.name, fn, self.signature)
         self.key_of = key_function(self.name, settings.key_by, self.signature)
         self.key_concurrency = settings.key_concurrency
+        self.key_rate = settings.key_rate
 
     @cached_property
     def returns(self) -> Any:

@@ -222,6 +222,11 @@ class Keys:
         expiring when that time passes (see lua/rate_limit.lua)."""
         return f"{self.prefix}:rate:{name}"
 
+    def key_rate_limit(self, task: str, key: str) -> str:
+        """The GCRA limiter of one key of task ``task``'s ``key_rate_limit`` (as
+        :meth:`rate_limit`; a task name has no ``/``, so no task's limiter shares it)."""
+        return f"{self.prefix}:rate:{joined('key', task, key)}"
+
     def dead(self) -> str:
         """The dead-letter stream of the namespace."""
         return f"{self.prefix}:dead"

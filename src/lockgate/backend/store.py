@@ -418,8 +418,9 @@ class Store:
         with translated(self.url):
             return bool(client.set(self.layout.cooldown(key), "1", nx=True, px=ms))
 
-    async def rate_limit_wait(self, task: str, rate: Rate) -> float:
-        """Ask task ``task``'s shared limiter for a start now (recorded when allowed).
+    async def rate_limit_wait(self, task: str, rate: Rate, key: str | None = None) -> float:
+        """Ask task ``task``'s shared limiter (of fairness key ``key``: its
+        ``key_rate_limit``'s) for a start now (recorded when allowed).
 
         Sent in the round trip of the other calls made in this turn of the event loop, so
         the jobs one read started ask together.
@@ -430,9 +431,8 @@ class Store:
         Raises:
             BrokerError: Redis refused the call or could not be reached.
         """
-        call = ScriptCall(
-            "rate_limit", [self.keys.rate_limit(task)], [rate.interval_us, rate.burst]
-        )
+        limiter = self.keys.rate_limit(task) if key is None else self.keys.key_rate_limit(task, key)
+        call = ScriptCall("rate_limit", [limiter], [rate.interval_us, rate.burst])
         return int(await self.run_soon(call)) / 1000
 
     # paused queues, purges of waiting jobs (see lockgate.queues)

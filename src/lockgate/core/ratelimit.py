@@ -59,7 +59,7 @@ class Rate:
         return f"{self.count}/{unit}"
 
 
-def parse_rate(text: object, task_name: str) -> Rate:
+def parse_rate(text: object, task_name: str, option: str = "rate_limit") -> Rate:
     """Parse a task's ``rate_limit``: ``"N/s"``, ``"N/m"`` or ``"N/h"``.
 
     Whitespace around the parts is ignored (``" 5 / m "``). ``N`` is a whole number of at
@@ -68,6 +68,7 @@ def parse_rate(text: object, task_name: str) -> Rate:
     Args:
         text: the ``rate_limit`` as given.
         task_name: the task's name, for the error message.
+        option: the option's name, for the error message.
 
     Returns:
         The rate.
@@ -80,7 +81,7 @@ def parse_rate(text: object, task_name: str) -> Rate:
     if found is None or int(found.group(1)) < 1:
         zero = " (the count must be at least 1)" if found is not None else ""
         raise ConfigError(
-            f'task {task_name!r}: rate_limit must look like "100/s", "5/m" or "1000/h", '
+            f'task {task_name!r}: {option} must look like "100/s", "5/m" or "1000/h", '
             f"got {text!r}{zero}"
         )
     return Rate(int(found.group(1)), UNITS[found.group(2)])

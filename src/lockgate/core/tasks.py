@@ -45,6 +45,7 @@ class TaskKeywords(TypedDict, total=False):
     keep_result: float | timedelta | None
     key_by: str | Callable[..., Any] | None
     key_concurrency: int | None
+    key_rate_limit: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +59,9 @@ class TaskSettings:
     Raises:
         ConfigError: a bad queue or task name, a bad retry option, an idempotency TTL
             under twice the retry window, an expiry that is not positive or is shorter
-            than the first retry's delay, or a ``rate_limit`` not of the form ``"N/s"``,
-            ``"N/m"``, ``"N/h"``.
+            than the first retry's delay, a ``rate_limit`` or ``key_rate_limit`` not of
+            the form ``"N/s"``, ``"N/m"``, ``"N/h"``, a ``key_concurrency`` that is not a
+            whole number >= 1, or either of those two without ``key_by``.
     """
 
     priority: str | None = None
@@ -108,10 +110,16 @@ class TaskSettings:
     """At most this many jobs of one key of this task run at once, across every worker
     (needs ``key_by``). A job over it is not started, and does not hold back the jobs of
     other keys or tasks. None: no limit."""
+    key_rate_limit: str | None = None
+    """At most this many starts per key of this task (needs ``key_by``), shared by every
+    worker, in the form of ``rate_limit``. A job over it is put back until its turn,
+    spending no attempt. None: no limit."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
     """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
     rate: Rate | None = field(init=False, repr=False, compare=False)
     """``rate_limit``, parsed (None until the task's name is known)."""
+    key_rate: Rate | None = field(init=False, repr=False, compare=False)
+    """``key_rate_limit``, parsed (None until the task's name is known)."""
 
     def __post_init__(self) -> None:
         backoff = self.backoff
@@ -127,14 +135,14 @@ class TaskSettings:
         object.__setattr__(self, "expires", _seconds_or_none(self.expires, "expires"))
         object.__setattr__(self, "keep_result", _seconds_or_none(self.keep_result, "keep_result"))
         object.__setattr__(self, "rate", None)
+        object.__setattr__(self, "key_rate", None)
         limit = self.key_concurrency
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                                   or limit < 1):  # fmt: skip
             raise ConfigError(f"key_concurrency must be a whole number >= 1, not {limit!r}")
-        if limit is not None and self.key_by is None:
-            raise ConfigError(
-                "key_concurrency limits the jobs of one fairness key: it needs key_by"
-            )
+        for option in ("key_concurrency", "key_rate_limit"):
+            if getattr(self, option) is not None and self.key_by is None:
+                raise ConfigError(f"{option} limits the jobs of one key: it needs key_by")
         if self.name is not None:
             self._check_named(check_task_name(self.name))
         check_name(self.queue, "queue")
@@ -145,6 +153,9 @@ class TaskSettings:
         check_expiry(task, self.expires_seconds, self.retry)
         if self.rate_limit is not None:
             object.__setattr__(self, "rate", parse_rate(self.rate_limit, task))
+        if self.key_rate_limit is not None:
+            key_rate = parse_rate(self.key_rate_limit, task, "key_rate_limit")
+            object.__setattr__(self, "key_rate", key_rate)
 
     @classmethod
     def of(cls, keywords: TaskKeywords, caller: str) -> TaskSettings:

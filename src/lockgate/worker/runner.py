@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -49,7 +49,6 @@ from lockgate.core.outcome import (
     markers_expired,
     wait,
 )
-from lockgate.core.ratelimit import Rate
 from lockgate.core.status import encode_result
 from lockgate.errors import (
     AccessDenied,
@@ -236,8 +235,8 @@ class JobRunner:
                 "the done markers of its finished steps expired before this attempt "
                 "started: it would run them again; raise the steps' ttl"
             ), task=task)  # fmt: skip
-        if task.rate_limit is not None:
-            held = await self._rate_limited(task, task.rate_limit, delivery)
+        if task.rate_limit is not None or (task.key_rate is not None and job.key is not None):
+            held = await self._rate_limited(task, delivery)
             if held is not None:  # its read claim, if any, is let go (with_read_claim)
                 return Ending(delivery, held, task=task)
         context = JobContext.of_run(
@@ -262,11 +261,10 @@ class JobRunner:
             outcome = wait(job, CLAIM_RETRY, f"could not be run: {e!r}")
         return Ending(delivery, outcome, run.claim, task, started)
 
-    async def _rate_limited(
-        self, task: Task[Any, Any], rate: Rate, delivery: Delivery
-    ) -> Outcome | None:
-        """Ask the task's shared limiter for a start now: None to start, else an outcome
-        that puts the same attempt back (no attempt spent) until the start the limiter
+    async def _rate_limited(self, task: Task[Any, Any], delivery: Delivery) -> Outcome | None:
+        """Ask the task's shared limiters (its ``rate_limit``'s, its job's key's
+        ``key_rate_limit``'s) for a start now, together: None to start, else an outcome
+        that puts the same attempt back (no attempt spent) until the latest start they
         reserved for it, when it starts without asking again."""
         job, taken = delivery.job, delivery.claim
         assert job is not None
@@ -274,8 +272,16 @@ class JobRunner:
             return None  # done, or run by another worker: the claim step ends it unrun
         if job.rate_reserved:
             return None  # its start was reserved when it was put back
-        try:
-            delay = await self.app.store.rate_limit_wait(task.name, rate)
+        store = self.app.store
+        waits = [store.rate_limit_wait(task.name, task.rate_limit)] if task.rate_limit else []
+        if task.key_rate is not None and job.key is not None:
+            waits.append(store.rate_limit_wait(task.name, task.key_rate, job.key))
+        try:  # one round trip for both (see Store.rate_limit_wait)
+            answers = await asyncio.gather(*waits, return_exceptions=True)
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+            delay = max(cast(list[float], answers))
         except AccessDenied:
             raise  # no retry mends an ACL: the worker stops (see Worker._execute)
         except BrokerError as e:
