@@ -16,7 +16,7 @@ import pytest
 
 from conftest import most_at_once, running, wait_until, worker_for
 from lockgate import App, ConfigError, current_job
-from lockgate.ops.inspect import queue_stats
+from lockgate.ops.inspect import queue_stats, stats_report
 from lockgate.ops.queues import purge
 
 
@@ -251,3 +251,33 @@ def test_key_rate_limit_is_checked_like_rate_limit(make_app: Callable[..., App])
         app.task(key_by="n", key_rate_limit="fast")(lambda n: None)
     with pytest.raises(ConfigError, match=r"key_rate_limit limits .* needs key_by"):
         app.task(key_rate_limit="1/s")(lambda n: None)
+
+
+async def test_stats_show_the_busiest_keys_with_their_running_jobs_and_limits(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+    release = asyncio.Event()
+    running_now: list[str] = []
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=2)
+    async def export(tenant: str, n: int) -> None:
+        running_now.append(tenant)
+        await release.wait()
+
+    app.enqueue_many([export.message("big", n) for n in range(20)])
+    app.enqueue_many([export.message("small", n) for n in range(3)])
+    worker = worker_for(app, concurrency=8)
+    async with running(worker):
+        await wait_until(lambda: len(running_now) == 4)
+        report = await stats_report(app)
+        rows = {(row.key, row.waiting): (row.running, row.limits) for row in report.keys}
+        release.set()
+        await wait_until(lambda: worker.processed == 23, timeout=30)
+    assert rows == {
+        ("big", 18): ({export.name: 2}, {export.name: 2}),
+        ("small", 1): ({export.name: 2}, {export.name: 2}),
+    }
+    assert [row.key for row in report.keys] == ["big", "small"]  # busiest first
+    assert report.as_dict()["busiest_keys"][0]["waiting"] == 18
+    assert (await stats_report(app)).keys == []

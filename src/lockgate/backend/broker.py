@@ -312,6 +312,34 @@ class LevelStats:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyStats:
+    """One fairness key of one queue and level (``@app.task(key_by=...)``).
+
+    Attributes:
+        key: the key.
+        waiting: its jobs waiting, whatever their task.
+        running: its jobs running, per task.
+        limits: the ``key_concurrency`` of the tasks running (absent: none).
+    """
+
+    queue: str
+    level: str
+    key: str
+    waiting: int
+    running: dict[str, int]
+    limits: dict[str, int]
+
+    @property
+    def busy(self) -> int:
+        """Its jobs waiting and running."""
+        return self.waiting + sum(self.running.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class DelayedJob:
     """One delayed job.
 

@@ -26,6 +26,7 @@ from lockgate.backend.broker import (
     Consumer,
     DelayedJob,
     EnqueuePlan,
+    KeyStats,
     LevelStats,
     ReadClaims,
     soonest_first,
@@ -364,6 +365,33 @@ class Store:
             dead = sum([int(await client.xlen(keys.dead())) for keys in self.layout.parts])
         return rows, dead
 
+    async def busiest_keys(self, queues: Sequence[str], top: int) -> list[KeyStats]:
+        """The ``top`` fairness keys with the most jobs waiting and running, busiest first
+        (streams backend; none on the sorted backend). Reads at most 1,000 keys and
+        10,000 running jobs per queue and level.
+
+        Raises:
+            ConnectionFailed: Redis cannot be reached.
+        """
+        if self.broker.ranked:
+            return []
+        places = [f"{queue}:{level}" for queue in queues for level in self._levels.names]
+        client, _ = await self.async_connection()
+        calls, limits = [], {}
+        with translated(self.url):
+            for keys in self.layout.parts:
+                found = await client.hgetall(keys.fair_limits())
+                limits.update({text(task): int(n) for task, n in found.items() if int(n) > 0})
+                first = keys.fair_rotation(queues[0], self._levels.names[0])
+                calls.append(ScriptCall("fair_keys", [first], [keys.prefix, 999, *places]))
+        rows: list[KeyStats] = []
+        for reply in await self.run_async(calls):
+            for place, flat in zip(places, reply, strict=True):
+                queue, _, level = place.partition(":")
+                rows += _key_rows(queue, level, flat, limits)
+        rows.sort(key=lambda row: -row.busy)
+        return rows[:top]
+
     async def delayed(self, queues: Sequence[str], limit: int) -> list[DelayedJob]:
         """The delayed jobs of ``queues`` due soonest, at most ``limit``, soonest first
         (each backend's :meth:`Broker.delayed`; reads only).
@@ -501,3 +529,20 @@ class Store:
                 async for key in client.scan_iter(match=pattern, count=1000):
                     deleted += int(await client.unlink(key))
         return deleted
+
+
+def _key_rows(
+    queue: str, level: str, flat: Sequence[Any], limits: dict[str, int]
+) -> list[KeyStats]:
+    """The rows of one queue and level in a ``fair_keys`` reply (pure)."""
+    rows, i = [], 0
+    while i < len(flat):
+        key, waiting, i = text(flat[i]), int(flat[i + 1]), i + 2
+        running: dict[str, int] = {}
+        while text(flat[i]) != "":
+            running[text(flat[i])] = int(flat[i + 1])
+            i += 2
+        i += 1
+        shown = {task: limits[task] for task in running if task in limits}
+        rows.append(KeyStats(queue, level, key, waiting, running, shown))
+    return rows

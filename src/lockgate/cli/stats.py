@@ -10,7 +10,7 @@ from lockgate.backend.addresses import masked
 from lockgate.cli.common import load_app, reported_errors, run_closing, terminal_width
 from lockgate.cli.options import log_level_option, url_option
 from lockgate.cli.tables import Column, fit, render
-from lockgate.ops.inspect import LevelStats, StatsReport, stats_report
+from lockgate.ops.inspect import KeyStats, LevelStats, StatsReport, stats_report
 
 STATS_COLUMNS = (
     Column("queue", shrink="truncate", min_width=5),
@@ -20,6 +20,13 @@ STATS_COLUMNS = (
     # The first to give up width, over two or three header lines, before a name is cut.
     Column("oldest wait ms", align="right", shrink="wrap", min_width=6, priority=-1),
 )  # fmt: skip
+KEY_COLUMNS = (
+    Column("queue", shrink="truncate", min_width=5),
+    Column("level", shrink="truncate", min_width=5),
+    Column("busiest key", shrink="truncate", min_width=6),
+    Column("waiting", align="right"),
+    Column("running (limit) per task", shrink="truncate", min_width=8),
+)
 
 
 @click.command()
@@ -44,6 +51,9 @@ def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     caption = f"dead letters: {result.stats.dead_letters}"
     table = render(STATS_COLUMNS, rows, width)
     click.echo("\n".join([fit(title, width), *table, fit(note, width), caption]))
+    if result.keys:
+        keys = [_key_row(row) for row in result.keys]
+        click.echo("\n".join(["", *render(KEY_COLUMNS, keys, width)]))
 
 
 def _dash(value: int | None) -> str:
@@ -55,3 +65,11 @@ def _stats_row(report: StatsReport, row: LevelStats) -> tuple[str, ...]:
     counts = (row.waiting, row.pending, row.delayed, report.serving(row.queue), recent.done,
               recent.retried, recent.dead)  # fmt: skip
     return (row.queue, row.level, *map(str, counts), _dash(row.oldest_wait_ms))
+
+
+def _key_row(row: KeyStats) -> tuple[str, ...]:
+    running = ", ".join(
+        f"{task} {count}" + (f" ({row.limits[task]})" if task in row.limits else "")
+        for task, count in sorted(row.running.items())
+    )
+    return (row.queue, row.level, row.key, str(row.waiting), running or "-")

@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockgate.api.app import App
-from lockgate.backend.broker import LevelStats
+from lockgate.backend.broker import KeyStats, LevelStats
 from lockgate.backend.registry import WorkerInfo
 from lockgate.core.activity import KEEP_MINUTES, Activity, Totals, minute_of, summarize
 from lockgate.errors import ConfigError
 
 __all__ = [
-    "Activity", "LevelStats", "Stats", "StatsReport", "WorkerInfo", "activity", "live_workers",
-    "queue_stats", "stats_report",
+    "Activity", "KeyStats", "LevelStats", "Stats", "StatsReport", "WorkerInfo", "activity",
+    "live_workers", "queue_stats", "stats_report",
 ]  # fmt: skip
 RECENT_MINUTES = 15  # the window of `lockgate stats` and the dashboard
+BUSIEST_KEYS = 10  # the fairness keys `lockgate stats` shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class StatsReport:
     stats: Stats
     workers: list[WorkerInfo]
     activity: Activity
+    keys: list[KeyStats]
 
     def serving(self, queue: str) -> int:
         """How many live workers serve ``queue``."""
@@ -110,15 +112,18 @@ class StatsReport:
                          retried=totals.retried, dead=totals.dead)  # fmt: skip
         found["recent_minutes"] = self.activity.minutes
         found["workers"] = [info.as_dict() for info in self.workers]
+        found["busiest_keys"] = [row.as_dict() for row in self.keys]
         return found
 
 
 async def stats_report(app: App, minutes: int = RECENT_MINUTES) -> StatsReport:
-    """:func:`queue_stats`, :func:`live_workers` and :func:`activity` of ``app``.
+    """:func:`queue_stats`, :func:`live_workers`, :func:`activity` and the
+    :data:`BUSIEST_KEYS` busiest fairness keys of ``app``.
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
+    keys = await app.store.busiest_keys(app.queues, BUSIEST_KEYS)
     return StatsReport(
-        await queue_stats(app), await live_workers(app), await activity(app, minutes)
+        await queue_stats(app), await live_workers(app), await activity(app, minutes), keys
     )

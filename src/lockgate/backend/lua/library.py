@@ -43,6 +43,7 @@ ScriptName = Literal[
     "incr_once",
     "stats_stream",
     "stats_sorted",
+    "fair_keys",
     "settle_stream",
     "settle_sorted",
     "job_status",
@@ -86,6 +87,7 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "settle_sorted": ALLOW_OOM,
     "stats_stream": NO_WRITES,
     "stats_sorted": NO_WRITES,
+    "fair_keys": NO_WRITES,
     "job_status": NO_WRITES,
     "cancel_flags": NO_WRITES,
     # Cancelling removes a job and writes a small record: refused under OOM like enqueue.
