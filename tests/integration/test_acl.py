@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -148,6 +149,12 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         await asyncio.sleep(0.4)
         runs.record(current_job().job_id)
 
+    limits: dict[str, Any] = {"key_concurrency": 1, "key_rate_limit": "100/s"}
+
+    @app.task(key_by="tenant", **(limits if backend == "streams" else {}))
+    async def keyed(tenant: str) -> None:  # fair shares, a slot, a limiter (streams)
+        runs.record(current_job().job_id)
+
     @app.task(retries=2)
     async def flaky() -> None:
         runs.record(current_job().job_id)
@@ -170,6 +177,14 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert record_once.enqueue(job_id="idempotent").created
         assert flaky.enqueue(job_id="flaky").created
         assert doomed.enqueue(job_id="doomed").created
+        for n, tenant in enumerate("aab"):
+            assert keyed.enqueue(tenant, job_id=f"keyed-{n}").created
+        assert keyed.enqueue("c", job_id="keyed-cancelled").created
+        assert app.cancel("keyed-cancelled") and app.job("keyed-cancelled").key == "c"
+        busiest = await app.store.busiest_keys(app.queues, 10, {})
+        assert [(row.key, row.waiting) for row in busiest] == (
+            [("a", 2), ("b", 1)] if backend == "streams" else []
+        )
         with app.idempotent(f"claim-{backend}"):  # a claim outside any job
             pass
         assert app.incr_once("orders", "request-1", 2) == (True, 2)
@@ -192,6 +207,7 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         await close(app)
 
     plain = ["sync", "async", *(f"many-{n}" for n in range(5)), "delayed", "in-a-thread", "slow"]
+    plain += [f"keyed-{n}" for n in range(3)]
     assert runs.counts() == {**once([*plain, "idempotent", "doomed"]), "flaky": 2}
     assert all(row.waiting == row.pending == row.delayed == 0 for row in stats.levels)
     assert stats.dead_letters == 1

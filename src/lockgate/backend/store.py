@@ -365,10 +365,13 @@ class Store:
             dead = sum([int(await client.xlen(keys.dead())) for keys in self.layout.parts])
         return rows, dead
 
-    async def busiest_keys(self, queues: Sequence[str], top: int) -> list[KeyStats]:
+    async def busiest_keys(
+        self, queues: Sequence[str], top: int, limits: Mapping[str, int]
+    ) -> list[KeyStats]:
         """The ``top`` fairness keys with the most jobs waiting and running, busiest first
-        (streams backend; none on the sorted backend). Reads at most 1,000 keys and
-        10,000 running jobs per queue and level.
+        (streams backend; none on the sorted backend), with the ``limits`` (task name ->
+        ``key_concurrency``) of their tasks running. Reads at most 1,000 keys and 10,000
+        running jobs per queue and level.
 
         Raises:
             ConnectionFailed: Redis cannot be reached.
@@ -376,14 +379,13 @@ class Store:
         if self.broker.ranked:
             return []
         places = [f"{queue}:{level}" for queue in queues for level in self._levels.names]
-        client, _ = await self.async_connection()
-        calls, limits = [], {}
-        with translated(self.url):
-            for keys in self.layout.parts:
-                found = await client.hgetall(keys.fair_limits())
-                limits.update({text(task): int(n) for task, n in found.items() if int(n) > 0})
-                first = keys.fair_rotation(queues[0], self._levels.names[0])
-                calls.append(ScriptCall("fair_keys", [first], [keys.prefix, 999, *places]))
+        calls = [
+            ScriptCall(
+                "fair_keys", [keys.fair_rotation(queues[0], self._levels.names[0])],
+                [keys.prefix, 999, *places],
+            )
+            for keys in self.layout.parts
+        ]  # fmt: skip
         rows: list[KeyStats] = []
         for reply in await self.run_async(calls):
             for place, flat in zip(places, reply, strict=True):
@@ -532,7 +534,7 @@ class Store:
 
 
 def _key_rows(
-    queue: str, level: str, flat: Sequence[Any], limits: dict[str, int]
+    queue: str, level: str, flat: Sequence[Any], limits: Mapping[str, int]
 ) -> list[KeyStats]:
     """The rows of one queue and level in a ``fair_keys`` reply (pure)."""
     rows, i = [], 0

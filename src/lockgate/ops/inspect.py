@@ -123,7 +123,10 @@ async def stats_report(app: App, minutes: int = RECENT_MINUTES) -> StatsReport:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    keys = await app.store.busiest_keys(app.queues, BUSIEST_KEYS)
+    limits = {
+        name: task.key_concurrency for name, task in app.tasks.items() if task.key_concurrency
+    }
+    keys = await app.store.busiest_keys(app.queues, BUSIEST_KEYS, limits)
     return StatsReport(
         await queue_stats(app), await live_workers(app), await activity(app, minutes), keys
     )
