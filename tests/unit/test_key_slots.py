@@ -21,7 +21,7 @@ ARGUMENTS: dict[str, Any] = {
     "queue": "emails", "level": "critical", "key": "pay:{A1}", "name": "views:A1",
     "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
     "task": "report", "stamp": "2024-01-31T03:00:00Z", "placed": "1-0 emails:critical",
-    "minute": 28_424_160,
+    "minute": 28_424_160, "lane": "export=acme:{x}",
 }  # fmt: skip
 
 
@@ -59,7 +59,8 @@ def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
             "cooldown", "dead", "job", "sorted_keys", "prefix", "worker", "workers",
             "activity", "partitions", "wakeup", "tick", "result", "status", "cancel_flag",
             "rate_limit", "paused", "place_keys", "job_record_keys",
-            "done_bucket_prefix"} <= set(names)  # fmt: skip
+            "done_bucket_prefix", "fair_stream", "fair_rotation", "fair_jobs", "fair_limits",
+            "fair_slots", "fair_holds", "key_rate_limit"} <= set(names)  # fmt: skip
     expected = slot(keys.prefix)
     for method, values in names.items():
         assert values, method

@@ -268,10 +268,15 @@ class App:
         for message in messages:
             data = check_size(message, codec.encode(message.job), self.max_payload_bytes)
             once_key, once_ttl_ms = message.once or (None, 0)
-            outgoing.append(
-                Outgoing(message.job, data, round(message.delay * 1000), once_key, once_ttl_ms)
-            )
+            delay_ms = round(message.delay * 1000)
+            limited = self.limited_task(message.job.task)
+            outgoing.append(Outgoing(message.job, data, delay_ms, once_key, once_ttl_ms, limited))
         return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
+
+    def limited_task(self, task: str) -> str:
+        """``task`` when it is registered with a ``key_concurrency``, else ""."""
+        registered = self.tasks.get(task)
+        return task if registered is not None and registered.key_concurrency else ""
 
     def idempotent(
         self,

@@ -245,7 +245,9 @@ class ReadResult:
 class Outgoing:
     """A job on its way in: the job, its encoding, its delay in ms (0: run now), and a
     once-only key with its TTL in ms (a cron tick's: the enqueue takes it with SET NX in
-    the same script, so each tick is enqueued once however many schedulers run).
+    the same script, so each tick is enqueued once however many schedulers run), and for
+    a job with a fairness key whose task has a ``key_concurrency``, the task's name: its
+    jobs wait in a lane of their own (see ``Keys.fair_jobs``).
     """
 
     job: Job
@@ -253,6 +255,7 @@ class Outgoing:
     delay_ms: int = 0
     once_key: str | None = None
     once_ttl_ms: int = 0
+    limited: str = ""
 
 
 @dataclass(frozen=True, slots=True)

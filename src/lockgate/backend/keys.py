@@ -63,6 +63,13 @@ def status_shard(job_id: str) -> str:
     return "%03x" % (zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % STATUS_SHARDS)
 
 
+def fair_lane(key: str, task: str = "") -> str:
+    """The lane of a fairness key's jobs: ``=<key>`` for its jobs of tasks without a
+    ``key_concurrency``, ``<task>=<key>`` for those of such a task (a task name has no
+    ``=``; see ``lua/_fair.lua``, which picks the lane as it queues a job)."""
+    return f"{task}={key}"
+
+
 def joined(kind: str, *parts: str) -> str:
     """A name built from several user strings that no other tuple of strings shares:
     ``<kind>/`` then each part but the last as ``<its UTF-8 length>:<part>:``, then the
@@ -107,11 +114,12 @@ class Keys:
         without a key)."""
         return f"{self.prefix}:fair:{queue}:{level}"
 
-    def fair_jobs(self, queue: str, level: str, key: str) -> str:
-        """Streams backend: the stream of one fairness key's jobs waiting in one queue and
-        level (no group: a read moves them to :meth:`fair_stream`). Queue and level names
-        have no ``:``, so the key is what follows the third colon after ``fair``."""
-        return f"{self.fair_rotation(queue, level)}:{key}"
+    def fair_jobs(self, queue: str, level: str, lane: str) -> str:
+        """Streams backend: the stream of one lane's jobs waiting in one queue and level
+        (no group: a read moves them to :meth:`fair_stream`); a lane is a fairness key's
+        jobs (:func:`fair_lane`). Queue and level names have no ``:``, so the lane is
+        what follows the third colon after ``fair``."""
+        return f"{self.fair_rotation(queue, level)}:{lane}"
 
     def fair_limits(self) -> str:
         """Streams backend: hash of task name -> its ``key_concurrency`` (0: none), as the

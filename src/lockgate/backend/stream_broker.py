@@ -29,7 +29,7 @@ from lockgate.backend.broker import (
     text,
 )
 from lockgate.backend.connections import AsyncClient
-from lockgate.backend.keys import GROUP, Keys, status_shard
+from lockgate.backend.keys import GROUP, Keys, fair_lane, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.backend.partitioned import PartitionedConsumer
 from lockgate.backend.partitions import Layout, partition_of
@@ -133,7 +133,7 @@ class StreamBroker:
                 # The level's stream, then each fairness key's waiting jobs (lua/_fair.lua).
                 fair: list[Any] = await client.zrange(keys.fair_rotation(queue, level), 0, -1)
                 streams = [keys.stream(queue, level)]
-                streams += [keys.fair_jobs(queue, level, text(key)) for key in fair if key]
+                streams += [keys.fair_jobs(queue, level, text(lane)) for lane in fair if lane]
                 for stream in streams:
                     deleted += await _purge_stream(client, scripts, keys, stream, task, chunk)
         return deleted
@@ -163,7 +163,8 @@ def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:
             )
         marker = keys.job(job.id)
         if job.key is not None:  # it waits in its key's stream (see lua/_fair.lua)
-            place = (keys.fair_jobs(job.queue, job.level, job.key), place[1])
+            lane = fair_lane(job.key, outgoing.limited)
+            place = (keys.fair_jobs(job.queue, job.level, lane), place[1])
         script_keys += [marker, *place, outgoing.once_key or marker]
         args += [outgoing.data, outgoing.delay_ms, outgoing.once_ttl_ms]
     script_keys.append(keys.wake())

@@ -92,12 +92,13 @@ class StreamConsumer:
             for index, level in enumerate(levels.names)
             for queue in queues
         }
-        # Each stream's delivery stream for its keyed jobs (see Keys.fair_stream).
-        self._fair = {
-            keys.fair_stream(queue, level): keys.stream(queue, level)
+        # Each stream's delivery stream for its keyed jobs (see Keys.fair_stream), both ways.
+        self._fair_of = {
+            keys.stream(queue, level): keys.fair_stream(queue, level)
             for level in levels.names
             for queue in queues
         }
+        self._fair = {fair: stream for stream, fair in self._fair_of.items()}
 
     def _layout(self) -> list[tuple[str, str, int]]:
         """(stream, queue, level index), highest level first; queues rotate per read."""
@@ -193,8 +194,7 @@ class StreamConsumer:
         then blocks from)."""
         dry_flags, entries, last_ids, next_due = reply
         streams = [stream for stream, _, _ in layout]
-        delivered = [*streams, *(self._keys.fair_stream(q, self._levels.names[i])
-                                 for _, q, i in layout)]  # fmt: skip
+        delivered = [*streams, *(self._fair_of[stream] for stream in streams)]
         levels = len(self._levels.names)
         result = ReadResult(taken=[0] * levels, dry=[True] * levels)
         result.next_due = next_due / 1000 if next_due >= 0 else None

@@ -183,7 +183,7 @@ def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None)
     if len(data) > app.max_payload_bytes:
         raise _Refused(job.id, f"{len(data)} bytes encoded, over the limit of "
                                f"{app.max_payload_bytes}")  # fmt: skip
-    return Outgoing(renewed, data)
+    return Outgoing(renewed, data, limited=app.limited_task(job.task))
 
 
 def replay(

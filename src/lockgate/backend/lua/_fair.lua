@@ -1,13 +1,15 @@
 -- _fair.lua: a fragment, not a script. Included (--#include _fair) by the scripts that
 -- queue, hand out, find or remove the jobs of tasks with a fairness key
 -- (@app.task(key_by=...)) on the streams backend.
--- A keyed job waits in its key's own stream (Keys.fair_jobs: '<rotation>:<key>', no
--- group), not in its level's stream. The rotation (Keys.fair_rotation,
+-- A keyed job waits in its lane's own stream (Keys.fair_jobs: '<rotation>:<lane>', no
+-- group), not in its level's stream. A lane is '=<key>' for the key's jobs of tasks
+-- without a limit, and '<task>=<key>' for its jobs of a task with key_concurrency (a task
+-- name has no '='), so that a key at one task's limit holds back none of its other jobs. The rotation (Keys.fair_rotation,
 -- '<prefix>:fair:<queue>:<level>': a sorted set, so that only commands of the README's ACL
 -- list are needed, and a key leaves it in O(log n)) scores each key with jobs waiting by
 -- its next turn, and '' for the turn of the level's jobs without a key, which stay in the
--- level's stream: a key is in it exactly while its stream has entries, and '' exactly
--- while some key is. A read (read_stream.lua) serves a level whose rotation exists one job
+-- level's stream: a lane is in it exactly while its stream has entries, and '' exactly
+-- while some lane is. (A key's limited tasks' jobs thus take turns of their own.) A read (read_stream.lua) serves a level whose rotation exists one job
 -- per turn: it takes the lowest-scored turn, moves that key's oldest job into the level's
 -- delivery stream (Keys.fair_stream, '<level stream>+'), or reads one job of the level's
 -- stream for '', and scores the turn after the last one while it has jobs left; then one
@@ -18,9 +20,11 @@
 -- Names a script builds here, that no caller passes: the key streams and the moved jobs'
 -- markers. They start with the prefix of a key the caller passed, so they carry its hash
 -- tag and lie in the slot the call was routed to.
--- fair_names(jobs): rotation, '<queue>:<level>', key of a key stream's name.
--- fair_add(jobs, job, marker): queue an encoded job in its key's stream (joining the
---   rotation when the key had none waiting) and point its marker there; returns its entry.
+-- fair_names(jobs): rotation, '<queue>:<level>', lane of a lane stream's name.
+-- fair_add(jobs, job, marker): queue an encoded job in its lane's stream (`jobs` names the
+--   key's lane '=<key>'; a job of a limited task goes to its task's lane instead), joining
+--   the rotation when the lane had none waiting, and point its marker there; returns its
+--   entry.
 -- fair_forget(jobs): after an entry left a key stream other than by a turn (a cancel, a
 --   purge), drop the key from its rotation if its stream is now empty.
 -- fair_route(stream, job): the key stream and the marker of an encoded job of the level
@@ -45,14 +49,29 @@
 -- deleted by hand) is dropped when the limit is reached and the slots are counted again.
 -- The delivery stream's hash '<prefix>:fair-holds:<queue>:<level>' (Keys.fair_holds) maps
 -- an entry to the slots key it holds, for the settle. Within its turn a key moves the
--- first of its next SCAN jobs whose task has a slot free: jobs over their limit do not
--- hold back the key's other tasks (further back than SCAN jobs, they wait a turn).
+-- first of its next SCAN jobs whose task has a slot free (a job queued before its task's
+-- limit was published waits in the key's lane '=<key>').
 --#include _job_names
 --#include _clock
 local FAIR_SCAN = 16
 local function fair_names(jobs)
   local rotation, queue, level, key = string.match(jobs, '^(.-:fair:([^:]+):([^:]+)):(.+)$')
   return rotation, queue .. ':' .. level, key
+end
+
+local limits = {}
+local function limit_of(prefix, task)
+  local limit = limits[task]
+  if limit == nil then
+    limit = tonumber(redis.call('HGET', prefix .. ':fair-limits', task) or '0') or 0
+    limits[task] = limit
+  end
+  return limit
+end
+
+-- The key of a lane ('=<key>' or '<task>=<key>').
+local function lane_key(lane)
+  return string.sub(lane, string.find(lane, '=', 1, true) + 1)
 end
 
 -- The score after the rotation's last turn (1 for an empty rotation).
@@ -62,7 +81,13 @@ local function next_turn(rotation)
 end
 
 local function fair_add(jobs, job, marker)
-  local rotation, place, key = fair_names(jobs)
+  local rotation, place, lane = fair_names(jobs)
+  local _, task = job_names(job)
+  if task and limit_of(string.match(rotation, '^(.-):fair:'), task) > 0 then
+    lane = task .. '=' .. lane_key(lane)
+    jobs = rotation .. ':' .. lane
+  end
+  local key = lane
   local entry = redis.call('XADD', jobs, '*', 'job', job)
   if redis.call('XLEN', jobs) == 1 then
     local turn = next_turn(rotation)
@@ -97,17 +122,7 @@ local function fair_route(stream, job)
     return nil
   end
   local rotation, prefix = rotation_of(stream)
-  return rotation .. ':' .. decoded.key, prefix .. ':job:' .. decoded.id
-end
-
-local limits = {}
-local function limit_of(prefix, task)
-  local limit = limits[task]
-  if limit == nil then
-    limit = tonumber(redis.call('HGET', prefix .. ':fair-limits', task) or '0') or 0
-    limits[task] = limit
-  end
-  return limit
+  return rotation .. ':=' .. decoded.key, prefix .. ':job:' .. decoded.id
 end
 
 -- Slots taken by this call: their entries are not pending before its XREADGROUP.
@@ -130,7 +145,8 @@ end
 
 -- The first of a key's next jobs that may move now (its task has a slot free, or no
 -- limit): its entry in the key's stream, payload, and slots key (nil: no limit), or nil.
-local function movable(prefix, jobs, key, group)
+local function movable(prefix, jobs, lane, group)
+  local key = lane_key(lane)
   for _, found in ipairs(redis.call('XRANGE', jobs, '-', '+', 'COUNT', FAIR_SCAN)) do
     local job = found[2][2]
     local _, task = job_names(job)

@@ -5,7 +5,7 @@
 --       the places '<queue>:<level>'
 -- Touches: nothing (ZRANGE, XLEN, XRANGE of at most 10,000 running entries per level).
 -- Returns: per place, in order: a flat list {key, waiting, running task, count, ...,
---          ''} per key with jobs waiting (its stream's length, whatever their task) or
+--          ''} per key with jobs waiting (its lanes' lengths, whatever their task) or
 --          running (the delivery stream's entries, per task); '' ends a key's tasks.
 --#include _job_names
 local prefix, most = ARGV[1], tonumber(ARGV[2])
@@ -14,10 +14,11 @@ for a = 3, #ARGV do
   local place = ARGV[a]
   local rotation = prefix .. ':fair:' .. place
   local waiting, running, order = {}, {}, {}
-  for _, key in ipairs(redis.call('ZRANGE', rotation, 0, most)) do
-    if key ~= '' then
-      waiting[key] = redis.call('XLEN', rotation .. ':' .. key)
-      order[#order + 1] = key
+  for _, lane in ipairs(redis.call('ZRANGE', rotation, 0, most)) do
+    if lane ~= '' then  -- '=<key>' or '<task>=<key>' (see _fair.lua)
+      local key = string.sub(lane, string.find(lane, '=', 1, true) + 1)
+      if not waiting[key] then order[#order + 1] = key end
+      waiting[key] = (waiting[key] or 0) + redis.call('XLEN', rotation .. ':' .. lane)
     end
   end
   local delivered = redis.call('XRANGE', prefix .. ':stream:' .. place .. '+', '-', '+',

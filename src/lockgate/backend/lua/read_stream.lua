@@ -88,12 +88,18 @@ local function read_from(key, k, count)
 end
 
 -- Read up to count jobs for stream k: one per turn of its fairness keys while it has
--- a rotation, else as they came.
+-- a rotation, else as they came. A stream found without one is read plainly for the rest
+-- of the call (no keyed job arrives meanwhile: promote ran first).
+local plain = {}
 local function read(k, count)
-  local moved, got = fair_take(KEYS[k], KEYS[k] .. '+', group, count, function(one)
-    return read_from(KEYS[k], k, one)
-  end)
+  local moved, got
+  if not plain[k] then
+    moved, got = fair_take(KEYS[k], KEYS[k] .. '+', group, count, function(one)
+      return read_from(KEYS[k], k, one)
+    end)
+  end
   if moved == nil then
+    plain[k] = true
     got = read_from(KEYS[k], k, count)
   elseif moved > 0 then
     got = got + read_from(KEYS[k] .. '+', n + k, moved)
