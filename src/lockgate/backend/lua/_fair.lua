@@ -54,6 +54,9 @@
 --#include _job_names
 --#include _clock
 local FAIR_SCAN = 16
+-- Turns a read may spend on lanes that give nothing (all at their limit) before it stops:
+-- a call stays short however many lanes wait (the lanes it passed go to the back).
+local FAIR_IDLE_TURNS = 256
 local function fair_names(jobs)
   local rotation, queue, level, key = string.match(jobs, '^(.-:fair:([^:]+):([^:]+)):(.+)$')
   return rotation, queue .. ':' .. level, key
@@ -127,10 +130,13 @@ end
 
 -- Slots taken by this call: their entries are not pending before its XREADGROUP.
 local taken_here = {}
+-- Slots keys found full in this call (nothing frees a slot during it).
+local full = {}
 
 -- Whether a slot of `slots` is free under `limit`, after dropping the members whose entry
 -- is no longer pending.
 local function slot_free(prefix, slots, limit, group)
+  if full[slots] then return false end
   if redis.call('ZCARD', slots) < limit then return true end
   for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
     local place, entry = string.match(member, '^(%S+) (%S+)$')
@@ -140,7 +146,9 @@ local function slot_free(prefix, slots, limit, group)
       if not pending or pending.err or #pending == 0 then redis.call('ZREM', slots, member) end
     end
   end
-  return redis.call('ZCARD', slots) < limit
+  if redis.call('ZCARD', slots) < limit then return true end
+  full[slots] = true
+  return false
 end
 
 -- The first of a key's next jobs that may move now (its task has a slot free, or no
@@ -166,7 +174,7 @@ local function fair_take(stream, delivery, group, want, read_plain)
   local level_place = string.sub(place, 1, -2)
   local turn = next_turn(rotation)
   local moved, read, plain_dry = 0, 0, false
-  local budget = want + turns
+  local budget = want + math.min(turns, FAIR_IDLE_TURNS)
   while moved + read < want and budget > 0 do
     budget = budget - 1
     local key = redis.call('ZRANGE', rotation, 0, 0)[1]
