@@ -286,3 +286,51 @@ async def test_stats_show_the_busiest_keys_with_their_running_jobs_and_limits(
     assert [row.key for row in report.keys] == ["big", "small"]  # busiest first
     assert report.as_dict()["busiest_keys"][0]["waiting"] == 18
     assert (await stats_report(app)).keys == []
+
+
+async def test_a_queue_named_fair_is_a_queue_like_any_other(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    started: list[str] = []
+
+    @app.task(queue="fair")
+    async def plain(n: int) -> None:
+        started.append("plain")
+
+    @app.task(queue="fair", key_by="tenant")
+    async def keyed(tenant: str) -> None:
+        started.append(tenant)
+
+    app.enqueue_many([plain.message(1), keyed.message("a"), keyed.message("b")])
+    assert await purge(app, "fair", task=plain.name) == 1
+    worker = worker_for(app, concurrency=2, queues=["fair"])
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 2)
+    assert sorted(started) == ["a", "b"]
+
+
+async def test_jobs_without_a_key_flow_while_every_key_waits_for_a_slot(
+    make_app: Callable[..., App],
+) -> None:
+    """Forty keys at their limit of one (their jobs hold their slots until released), a
+    second job of each waiting, and plain jobs of the same level: the plain jobs all run
+    meanwhile, and the held-back ones run once the slots come back."""
+    app = make_app()
+    release = asyncio.Event()
+    plain_done: list[int] = []
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=1)
+    async def hold(tenant: str, n: int) -> None:
+        await release.wait()
+
+    @app.task(priority="low")
+    async def plain(n: int) -> None:
+        plain_done.append(n)
+
+    app.enqueue_many([hold.message(f"t{k}", n) for n in range(2) for k in range(40)])
+    app.enqueue_many([plain.message(n) for n in range(60)])
+    worker = worker_for(app, concurrency=48)
+    async with running(worker):
+        await wait_until(lambda: len(plain_done) == 60, timeout=30)
+        await wait_until(lambda: worker.processed == 60)  # the held jobs hold their slots
+        release.set()
+        await wait_until(lambda: worker.processed == 140, timeout=30)

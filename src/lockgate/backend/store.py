@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from lockgate.backend import partition_record
@@ -386,12 +388,19 @@ class Store:
             )
             for keys in self.layout.parts
         ]  # fmt: skip
-        rows: list[KeyStats] = []
+        merged: dict[tuple[str, str, str], KeyStats] = {}  # a key's rows of each partition
         for reply in await self.run_async(calls):
             for place, flat in zip(places, reply, strict=True):
                 queue, _, level = place.partition(":")
-                rows += _key_rows(queue, level, flat, limits)
-        rows.sort(key=lambda row: -row.busy)
+                for row in _key_rows(queue, level, flat, limits):
+                    seen = merged.get((queue, level, row.key))
+                    if seen is not None:
+                        running = dict(Counter(seen.running) + Counter(row.running))
+                        limits_seen = {**seen.limits, **row.limits}
+                        row = replace(row, waiting=seen.waiting + row.waiting,
+                                      running=running, limits=limits_seen)  # fmt: skip
+                    merged[queue, level, row.key] = row
+        rows = sorted(merged.values(), key=lambda row: -row.busy)
         return rows[:top]
 
     async def delayed(self, queues: Sequence[str], limit: int) -> list[DelayedJob]:

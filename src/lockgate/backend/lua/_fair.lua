@@ -20,6 +20,7 @@
 -- Names a script builds here, that no caller passes: the key streams and the moved jobs'
 -- markers. They start with the prefix of a key the caller passed, so they carry its hash
 -- tag and lie in the slot the call was routed to.
+-- is_lane(name): whether a key name is a lane's stream.
 -- fair_names(jobs): rotation, '<queue>:<level>', lane of a lane stream's name.
 -- fair_add(jobs, job, marker): queue an encoded job in its lane's stream (`jobs` names the
 --   key's lane '=<key>'; a job of a limited task goes to its task's lane instead), joining
@@ -57,8 +58,13 @@ local FAIR_SCAN = 16
 -- Turns a read may spend on lanes that give nothing (all at their limit) before it stops:
 -- a call stays short however many lanes wait (the lanes it passed go to the back).
 local FAIR_IDLE_TURNS = 256
+-- Whether a key name is a lane's stream (not a level stream of a queue named 'fair').
+local function is_lane(name)
+  return string.find(name, '}:fair:', 1, true) ~= nil
+end
+
 local function fair_names(jobs)
-  local rotation, queue, level, key = string.match(jobs, '^(.-:fair:([^:]+):([^:]+)):(.+)$')
+  local rotation, queue, level, key = string.match(jobs, '^(.-}:fair:([^:]+):([^:]+)):(.+)$')
   return rotation, queue .. ':' .. level, key
 end
 
@@ -143,7 +149,10 @@ local function slot_free(prefix, slots, limit, group)
     if not taken_here[member] then
       local pending = place and redis.pcall('XPENDING', prefix .. ':stream:' .. place .. '+',
         group, entry, entry, 1)
-      if not pending or pending.err or #pending == 0 then redis.call('ZREM', slots, member) end
+      if not pending or pending.err or #pending == 0 then
+        redis.call('ZREM', slots, member)
+        redis.call('HDEL', prefix .. ':fair-holds:' .. place, entry)
+      end
     end
   end
   if redis.call('ZCARD', slots) < limit then return true end
@@ -174,22 +183,34 @@ local function fair_take(stream, delivery, group, want, read_plain)
   local level_place = string.sub(place, 1, -2)
   local turn = next_turn(rotation)
   local moved, read, plain_dry = 0, 0, false
+  local lanes = turns - 1  -- the rotation's lanes, '' aside
+  local blocked, nblocked = {}, 0  -- lanes found at their limit in this call
+  -- Turns that give nothing count against the budget once per lane (a lane found at its
+  -- limit stays so for the call), and not at all for '' once its stream is dry.
   local budget = want + math.min(turns, FAIR_IDLE_TURNS)
   while moved + read < want and budget > 0 do
-    budget = budget - 1
-    local key = redis.call('ZRANGE', rotation, 0, 0)[1]
-    if not key then break end
-    if key == '' then
+    if nblocked >= lanes then  -- every lane waits for a slot: the rest from the stream
+      if not plain_dry then read = read + read_plain(want - moved - read) end
+      break
+    end
+    local lane = redis.call('ZRANGE', rotation, 0, 0)[1]
+    if not lane then break end
+    if lane == '' then
       if not plain_dry then
+        budget = budget - 1
         local got = read_plain(1)
         read = read + got
         plain_dry = got == 0
       end
       redis.call('ZADD', rotation, turn, '')
       turn = turn + 1
+    elseif blocked[lane] then
+      redis.call('ZADD', rotation, turn, lane)
+      turn = turn + 1
     else
-      local jobs = rotation .. ':' .. key
-      local first, job, slots = movable(prefix, jobs, key, group)
+      budget = budget - 1
+      local jobs = rotation .. ':' .. lane
+      local first, job, slots = movable(prefix, jobs, lane, group)
       if first then
         redis.call('XDEL', jobs, first)
         local entry = redis.call('XADD', delivery, '*', 'job', job)
@@ -203,13 +224,23 @@ local function fair_take(stream, delivery, group, want, read_plain)
         moved = moved + 1
       end
       if redis.call('XLEN', jobs) > 0 then
-        redis.call('ZADD', rotation, turn, key)
+        if not first then
+          blocked[lane] = true
+          nblocked = nblocked + 1
+        end
+        redis.call('ZADD', rotation, turn, lane)
         turn = turn + 1
       else
         redis.call('DEL', jobs)
-        redis.call('ZREM', rotation, key)
+        redis.call('ZREM', rotation, lane)
+        lanes = lanes - 1
       end
     end
+  end
+  -- Out of budget (more lanes at their limit than a call looks at): the level's stream
+  -- still serves, so that no worker idles while its jobs wait.
+  if budget <= 0 and moved + read < want and not plain_dry then
+    read = read + read_plain(want - moved - read)
   end
   if redis.call('ZCARD', rotation) == 1 then redis.call('DEL', rotation) end
   return moved, read

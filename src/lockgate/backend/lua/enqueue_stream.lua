@@ -43,7 +43,7 @@ end
 for i = 1, #ARGV / 3 do
   local marker, stream, delayed = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
   local job, delay = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1])
-  local fair = string.find(stream, ':fair:', 1, true) ~= nil
+  local fair = is_lane(stream)
   local placed = redis.call('GET', marker)
   if placed then
     out[i] = stored_reply(marker, placed, stream, delayed, job)

@@ -43,5 +43,5 @@ for a = 2, #ARGV, 3 do
     end
   end
 end
-if string.find(stream, ':fair:', 1, true) then fair_forget(stream) end
+if is_lane(stream) then fair_forget(stream) end
 return deleted
