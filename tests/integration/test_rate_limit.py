@@ -140,7 +140,7 @@ async def test_a_throttled_job_goes_back_as_the_same_attempt_and_lets_its_claim_
         ran.append(order)
 
     assert pay.rate_limit is not None
-    assert await app.store.rate_limit_wait("pay", pay.rate_limit) == 0.0  # the minute's turn
+    assert await app.store.rate_limit_wait("pay", pay.rate_limit) == (0.0, True)  # its turn
     turn = rclient.get(app.keys.rate_limit("pay"))
     runner = _runner(app)
     try:

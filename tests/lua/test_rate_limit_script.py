@@ -18,7 +18,9 @@ TEN_S_US = 10_000_000
 
 
 def ask(scripts: SyncScripts, key: str, interval_us: int, burst: int = 1) -> int:
-    return int(scripts.run_all([ScriptCall("rate_limit", [key], [interval_us, burst])])[0])
+    ms, reserved = scripts.run_all([ScriptCall("rate_limit", [key], [interval_us, burst])])[0]
+    assert reserved == 1
+    return int(ms)
 
 
 def test_a_start_is_recorded_and_the_next_waits_one_interval(
@@ -68,3 +70,25 @@ def test_an_idle_limiter_expires_and_then_allows_a_start(
     assert ask(scripts, key, 50_000) > 0
     wait_until_sync(lambda: not rclient.exists(key), timeout=5, message="limiter expired")
     assert ask(scripts, key, 50_000) == 0
+
+
+def test_a_keys_limiter_reserves_alone_and_the_tasks_is_asked_after(
+    scripts: SyncScripts, keys: Keys, rclient: redis.Redis
+) -> None:
+    """A key's limit (10 s apart) asked before its task's (1 s apart): a start both allow
+    is recorded in both; when the key's refuses, only the key's reserves (a start reserved
+    10 s ahead in the task's limiter would hold back every other key's jobs that long),
+    and the task's is asked when the job comes back."""
+    key, task = keys.key_rate_limit("sync", "acme"), keys.rate_limit("sync")
+    args = [TEN_S_US, 1, TEN_S_US // 10, 1]
+
+    def ask_both() -> list[int]:
+        return [int(v) for v in scripts.run_all([ScriptCall("rate_limit", [key, task], args)])[0]]
+
+    assert ask_both() == [0, 2]  # recorded in both
+    task_tat = int(rclient.get(task) or 0)
+    wait_ms, reserved = ask_both()
+    assert 9_000 < wait_ms <= 10_000 and reserved == 1  # the key's turn, 10 s on
+    assert int(rclient.get(task) or 0) == task_tat  # the task's limiter untouched
+    # Another key's job of the task waits only for the task's own limiter: about 1 s.
+    assert 0 < ask(scripts, task, TEN_S_US // 10) <= 1_000

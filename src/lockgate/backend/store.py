@@ -457,22 +457,35 @@ class Store:
         with translated(self.url):
             return bool(client.set(self.layout.cooldown(key), "1", nx=True, px=ms))
 
-    async def rate_limit_wait(self, task: str, rate: Rate, key: str | None = None) -> float:
-        """Ask task ``task``'s shared limiter (of fairness key ``key``: its
-        ``key_rate_limit``'s) for a start now (recorded when allowed).
+    async def rate_limit_wait(self, task: str, rate: Rate | None, key_rate: Rate | None = None,
+                              key: str | None = None) -> tuple[float, bool]:  # fmt: skip
+        """Ask task ``task``'s shared limiters for a start now: its fairness key ``key``'s
+        ``key_rate_limit``'s (``key_rate``) first, then its ``rate_limit``'s (``rate``),
+        those not None (see ``lua/rate_limit.lua``).
 
         Sent in the round trip of the other calls made in this turn of the event loop, so
         the jobs one read started ask together.
 
         Returns:
-            0.0 when the job may start now, else the seconds until its turn may come.
+            (0.0, True) when the job may start now (recorded in each limiter), else the
+            seconds until its turn may come and whether every limiter reserved it (False:
+            only the key's did, and the job asks the task's when it comes back).
 
         Raises:
             BrokerError: Redis refused the call or could not be reached.
         """
-        limiter = self.keys.rate_limit(task) if key is None else self.keys.key_rate_limit(task, key)
-        call = ScriptCall("rate_limit", [limiter], [rate.interval_us, rate.burst])
-        return int(await self.run_soon(call)) / 1000
+        limiters: list[str] = []
+        args: list[Arg] = []
+        if key_rate is not None and key is not None:
+            limiters.append(self.keys.key_rate_limit(task, key))
+            args += [key_rate.interval_us, key_rate.burst]
+        if rate is not None:
+            limiters.append(self.keys.rate_limit(task))
+            args += [rate.interval_us, rate.burst]
+        if not limiters:
+            return 0.0, True
+        ms, reserved = await self.run_soon(ScriptCall("rate_limit", limiters, args))
+        return int(ms) / 1000, int(reserved) == len(limiters)
 
     # paused queues, purges of waiting jobs (see lockgate.queues)
 

@@ -55,6 +55,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             poison job); from the first, it always runs in a child of its own.
         rate_reserved: a rate limiter reserved this attempt's start when it put it back:
             it starts without asking again.
+        key_reserved: its key's limiter (``key_rate_limit``) reserved this attempt's start
+            when it put it back: it asks only the task's own limiter then.
         key: its fairness key (``@app.task(key_by=...)``); None: it has none. Last, so
             the encoded job starts with its id and task (the scripts read them there).
     """
@@ -71,6 +73,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     markers_expire: float = 0.0
     crashes: int = 0
     rate_reserved: bool = False
+    key_reserved: bool = False
     key: str | None = None
 
 

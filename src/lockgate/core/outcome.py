@@ -177,7 +177,7 @@ def decide(
     # A new attempt: its waits start over; a crash count stays (it still runs isolated).
     following = msgspec.structs.replace(
         job, attempt=job.attempt + 1, waits=0, markers_expire=markers_expire,
-        rate_reserved=False,
+        rate_reserved=False, key_reserved=False,
     )  # fmt: skip
     outcome = Outcome("retry", delay=delay, next_job=following, error=ErrorInfo.of(error))
     return _unless_markers_expire(outcome, now, markers_expire, error)

@@ -174,7 +174,7 @@ def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None)
     # limiter's reservation of its start) goes with it: the replay is a first attempt.
     renewed = msgspec.structs.replace(
         job, queue=target_queue, level=target_level, attempt=1, enqueued=time.time(),
-        waits=0, rate_reserved=False,
+        waits=0, rate_reserved=False, key_reserved=False,
     )  # fmt: skip
     try:
         data = codec.encode(renewed)

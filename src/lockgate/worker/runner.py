@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -262,26 +262,22 @@ class JobRunner:
         return Ending(delivery, outcome, run.claim, task, started)
 
     async def _rate_limited(self, task: Task[Any, Any], delivery: Delivery) -> Outcome | None:
-        """Ask the task's shared limiters (its ``rate_limit``'s, its job's key's
-        ``key_rate_limit``'s) for a start now, together: None to start, else an outcome
-        that puts the same attempt back (no attempt spent) until the latest start they
-        reserved for it, when it starts without asking again."""
+        """Ask the task's shared limiters (its job's key's ``key_rate_limit``'s, then its
+        ``rate_limit``'s) for a start now: None to start, else an outcome that puts the
+        same attempt back (no attempt spent) until the start they reserved for it, when it
+        starts without asking again (or, when only the key's limiter reserved it, asks the
+        task's alone)."""
         job, taken = delivery.job, delivery.claim
         assert job is not None
         if taken is not None and taken.state != 1:
             return None  # done, or run by another worker: the claim step ends it unrun
         if job.rate_reserved:
             return None  # its start was reserved when it was put back
-        store = self.app.store
-        waits = [store.rate_limit_wait(task.name, task.rate_limit)] if task.rate_limit else []
-        if task.key_rate is not None and job.key is not None:
-            waits.append(store.rate_limit_wait(task.name, task.key_rate, job.key))
-        try:  # one round trip for both (see Store.rate_limit_wait)
-            answers = await asyncio.gather(*waits, return_exceptions=True)
-            for answer in answers:
-                if isinstance(answer, BaseException):
-                    raise answer
-            delay = max(cast(list[float], answers))
+        key_rate = task.key_rate if not job.key_reserved else None  # reserved: asked
+        try:
+            delay, all_reserved = await self.app.store.rate_limit_wait(
+                task.name, task.rate_limit, key_rate, job.key
+            )
         except AccessDenied:
             raise  # no retry mends an ACL: the worker stops (see Worker._execute)
         except BrokerError as e:
@@ -292,7 +288,10 @@ class JobRunner:
         if delay <= 0:
             return None
         # A put-back (waits + 1): watchers count no second wait for it.
-        following = msgspec.structs.replace(job, waits=job.waits + 1, rate_reserved=True)
+        if all_reserved:
+            following = msgspec.structs.replace(job, waits=job.waits + 1, rate_reserved=True)
+        else:  # the key's limiter alone reserved it
+            following = msgspec.structs.replace(job, waits=job.waits + 1, key_reserved=True)
         return Outcome("retry", delay=delay, next_job=following, reason="rate limited")
 
     def _job_claim(self, task: Task[Any, Any], job: Job, token: str | None = None) -> Claim:
