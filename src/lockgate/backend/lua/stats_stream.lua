@@ -3,8 +3,8 @@
 -- ARGV: ARGV[1] = group
 -- Touches: nothing (XLEN, XINFO GROUPS, XRANGE, ZCARD, ZRANGE, TIME).
 -- Keyed jobs (see _fair.lua): a stream's counts include its delivery stream's (its keyed
---          jobs running) and its fairness keys' streams (its keyed jobs waiting: an XLEN
---          per key, an XRANGE per key for the oldest among the first 1,000 keys).
+--          jobs running) and its lanes' streams (its keyed jobs waiting: an XLEN per lane
+--          for the first 10,000 lanes, an XRANGE for the oldest among the first 1,000).
 -- Returns: {now_ms, rows}: rows = flat {length, pending, consumers, oldest waiting id or '',
 --          delayed} per stream; a missing stream or group counts as empty or not yet read.
 --#include _clock
@@ -45,7 +45,7 @@ for k = 1, n do
   length, pending = length + fair_length, pending + fair_pending
   consumers = math.max(consumers, fair_consumers)
   local rotation = rotation_of(KEYS[k])
-  for i, key in ipairs(redis.call('ZRANGE', rotation, 0, -1)) do
+  for i, key in ipairs(redis.call('ZRANGE', rotation, 0, 9999)) do
     if key ~= '' then
       local jobs = rotation .. ':' .. key
       length = length + redis.call('XLEN', jobs)
