@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from conftest import most_at_once, running, wait_until, worker_for
 from lockgate import App, ConfigError, current_job
+from lockgate.backend.broker import Outgoing
 from lockgate.backend.keys import fair_lane
+from lockgate.core import codec
 from lockgate.ops.inspect import queue_stats, stats_report
 from lockgate.ops.queues import purge
 
@@ -334,3 +337,52 @@ async def test_jobs_without_a_key_flow_while_every_key_waits_for_a_slot(
         await wait_until(lambda: worker.processed == 60)  # the held jobs hold their slots
         release.set()
         await wait_until(lambda: worker.processed == 140, timeout=30)
+
+
+async def test_a_keyed_enqueue_retried_after_a_lost_reply_answers_as_the_first(
+    make_app: Callable[..., App],
+) -> None:
+    """redis-py sends an enqueue again when its connection failed after the call: the
+    second call finds the very same job where the first put it, in its lane or moved on
+    to the delivery stream, and answers with an entry, not "duplicate" (0)."""
+    app = make_app()
+    release = asyncio.Event()
+
+    @app.task(key_by="tenant", key_concurrency=1)
+    async def job(tenant: str) -> None:
+        await release.wait()
+
+    message = job.message("acme", job_id="once")
+    outgoing = Outgoing(message.job, codec.encode(message.job), limited=job.name)
+    (call,) = app.store.broker.plan_enqueue([outgoing]).calls
+
+    def sent() -> Any:
+        return app.store.run([call])[0][0]
+
+    assert sent() != 0  # queued in its lane
+    assert sent() != 0  # the same job again: found there
+    worker = worker_for(app, concurrency=1)
+    async with running(worker):
+        await wait_until(lambda: app.job("once").status == "running")
+        assert sent() != 0  # moved to the delivery stream: found there
+        assert job.enqueue("acme", job_id="once").created is False  # another job: a duplicate
+        release.set()
+        await wait_until(lambda: worker.processed == 1)
+
+
+async def test_keyed_jobs_run_in_a_partitioned_namespace(make_app: Callable[..., App]) -> None:
+    """With partitions, a keyed job lives in its id's partition (fair among that
+    partition's keyed jobs): every job runs, once, and reports its key."""
+    app = make_app(partitions=4)
+    ran: list[str] = []
+
+    @app.task(priority="low", key_by="tenant")
+    async def report(tenant: str, n: int) -> None:
+        ran.append(current_job().job_id)
+
+    sent = app.enqueue_many([report.message(t, n) for t in ("big", "a", "b") for n in range(40)])
+    worker = worker_for(app, concurrency=8)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 120, timeout=30)
+    assert sorted(ran) == sorted(r.job_id for r in sent)
+    assert {app.job(r.job_id).key for r in sent[:40]} == {"big"}

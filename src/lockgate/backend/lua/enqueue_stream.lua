@@ -24,6 +24,18 @@ local now, keyed
 local wake = KEYS[#KEYS]
 local added_here = {}
 
+-- Where a marker placed so says a job of `stream` is: `stream`, or for a keyed job the
+-- lane it waits in or the delivery stream a read moved it to (see _fair.lua).
+local function stored_in(placed, stream)
+  if not is_lane(stream) then return stream end
+  local rotation = fair_names(stream)
+  local lane = string.match(placed, '^fair %S+ %S+ (.*)$')
+  if lane then return rotation .. ':' .. lane end
+  local moved = string.match(placed, '^%S+ (%S+%+)$')
+  if moved then return string.match(rotation, '^(.-}):fair:') .. ':stream:' .. moved end
+  return stream
+end
+
 -- The reply that stored ``job`` under a marker placed so (entry id or 'delayed'), or 0
 -- (also for a marker another backend or version wrote: 'sorted', ...).
 local function stored_reply(marker, placed, stream, delayed, job)
@@ -33,7 +45,7 @@ local function stored_reply(marker, placed, stream, delayed, job)
   if string.match(placed, '^delayed') then
     if redis.call('ZSCORE', delayed, job) then return 'delayed' end
   elseif entry then
-    local entries = redis.call('XRANGE', stream, entry, entry)
+    local entries = redis.call('XRANGE', stored_in(placed, stream), entry, entry)
     local fields = entries[1] and entries[1][2]
     if fields and fields[1] == 'job' and fields[2] == job then return entry end
   end

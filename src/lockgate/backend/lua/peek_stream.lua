@@ -9,8 +9,8 @@
 --          XLEN, and XINFO GROUPS of a stream that is not empty. Acknowledged entries are deleted, so the jobs waiting
 --          are the entries not pending in the group (all of them while there is none).
 -- Returns: {waiting, next_due_ms}: waiting[k] = jobs waiting in stream k (0 for a paused
---          queue's), and one for each fairness key with jobs waiting in its queue and
---          level (a read serves one job per key and turn: see _fair.lua); next_due_ms = ms until the next delayed job is due, -1 when none.
+--          queue's), and its keyed jobs waiting (those of the first 32 lanes of its
+--          rotation, one for each lane after them: see _fair.lua); next_due_ms = ms until the next delayed job is due, -1 when none.
 --#include _promote
 local group = ARGV[1]
 local n = (#KEYS - 1) / 2
@@ -28,9 +28,13 @@ for k = 1, n do
       if fields['name'] == group then count = count - fields['pending'] end
     end
   end
-  if not paused[ARGV[1 + k]] then
-    local turns = redis.call('ZCARD', (rotation_of(KEYS[k])))
-    if turns > 0 then count = count + turns - 1 end
+  if not paused[ARGV[1 + k]] then  -- the jobs of the first 32 lanes, one for each other
+    local rotation = rotation_of(KEYS[k])
+    local first = redis.call('ZRANGE', rotation, 0, 32)
+    for _, lane in ipairs(first) do
+      if lane ~= '' then count = count + redis.call('XLEN', rotation .. ':' .. lane) end
+    end
+    count = count + math.max(0, redis.call('ZCARD', rotation) - #first)
   end
   waiting[k] = count
 end
