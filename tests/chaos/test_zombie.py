@@ -204,3 +204,56 @@ def test_a_task_holding_the_gil_past_the_lease_is_fenced_and_logged(
     assert "its liveness beats were held up" in log and "'greedy-1'" in log, holder.tail()
     assert "no longer pending for this worker" in log, holder.tail()
     assert rclient.xlen(app.keys.dead()) == 0
+
+
+def test_a_zombie_gives_back_no_slot_that_the_worker_running_its_job_holds(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
+) -> None:
+    """``key_concurrency=1``: A runs the key's first job and is stopped past its lease; B
+    takes the job over with its slot. A, resumed, ends its run: its settle is refused and
+    the slot stays B's, so the key's second job waits until B's run ends."""
+    app = make_app()
+
+    @app.task(retries=0, key_by="tenant", key_concurrency=1)
+    def limited(tenant: str, tag: str) -> None: ...
+
+    records = Records(app, rclient)
+    key, started = records.key, records.started
+    slots = app.keys.fair_slots(limited.name, "acme")
+    holds = app.keys.fair_holds("default", "normal")
+    delivery = app.keys.fair_stream("default", "normal")
+    assert limited.enqueue("acme", "first", job_id="first").created
+    assert limited.enqueue("acme", "second", job_id="second").created
+
+    a = spawn()
+    wait_until_sync(lambda: started() or not a.alive(), message="A started the first job")
+    assert a.alive(), a.tail()
+    (slot,) = rclient.zrange(slots, 0, -1)
+    a.popen.send_signal(signal.SIGSTOP)
+    try:
+        b = spawn()
+        wait_until_sync(lambda: len(started()) == 2 or not b.alive(), message="B took over")
+        assert b.alive(), b.tail()
+        b_run = started()[1]
+    finally:
+        a.popen.send_signal(signal.SIGCONT)
+    assert rclient.zrange(slots, 0, -1) == [slot]  # the same slot, now B's run's
+    rclient.rpush(key(f"release:{a.popen.pid}"), "go")
+    wait_until_sync(lambda: "no longer pending for this worker" in a.text() or not a.alive(),
+                    timeout=15, message="A's settle refused")  # fmt: skip
+    assert rclient.zrange(slots, 0, -1) == [slot], "the zombie gave back B's slot"
+    entry = slot.decode().split(" ")[1]
+    assert rclient.hget(holds, entry) == slots.encode()
+    assert [row["message_id"].decode() for row in
+            rclient.xpending_range(delivery, GROUP, "-", "+", 10)] == [entry]  # fmt: skip
+    assert len(started()) == 2  # the second job waits for the slot
+    rclient.rpush(key(f"release:{b_run}"), "go")
+    wait_until_sync(lambda: len(started()) == 3, message="the second job started")
+    events = [e.decode() for e in rclient.lrange(key("events"), 0, -1)]
+    assert events.index(f"finish first {b_run}") < events.index(f"start second {started()[2]}")
+    rclient.rpush(key(f"release:{started()[2]}"), "go")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
+    wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
+    assert rclient.hlen(holds) == 0
+    a.stop()
+    b.stop()

@@ -39,6 +39,20 @@ def slow(tag: str) -> None:
     client.rpush(record_key("finished"), me)
 
 
+@app.task(retries=0, key_by="tenant", key_concurrency=1)
+def limited(tenant: str, tag: str) -> None:
+    """As ``slow``, one at a time per tenant; also logs "start <tag> <pid>" and "finish
+    <tag> <pid>" in order under ``events``."""
+    client = app.client()
+    me = str(os.getpid())
+    client.rpush(record_key("started"), me)
+    client.rpush(record_key("events"), f"start {tag} {me}")
+    while not client.blpop([record_key(f"release:{me}")], timeout=1):
+        pass
+    client.rpush(record_key("events"), f"finish {tag} {me}")
+    client.rpush(record_key("finished"), me)
+
+
 # Catastrophic backtracking: re holds the GIL all along (about 5 s on a quiet machine
 # here, more on a busy one), so no other thread of the process runs meanwhile.
 GREEDY = re.compile(r"(a+)+$")
