@@ -102,6 +102,22 @@ def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[[
         proc.popen.wait(timeout=30)
 
 
+def take_over(
+    a: Proc, spawn: Callable[[], Proc], started: Callable[[], list[int]]
+) -> tuple[Proc, int]:
+    """Stop A (SIGSTOP) while it runs its one job, start B, and resume A once B took the
+    job over (reclaimed past the visibility timeout, run in a child process of its own):
+    B and the pid of its run."""
+    a.popen.send_signal(signal.SIGSTOP)
+    try:
+        b = spawn()
+        wait_until_sync(lambda: len(started()) == 2 or not b.alive(), message="B took over")
+        assert b.alive(), b.tail()
+        return b, started()[1]
+    finally:
+        a.popen.send_signal(signal.SIGCONT)
+
+
 def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
 ) -> None:
@@ -124,18 +140,9 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     wait_until_sync(lambda: started() or not a.alive(), message="A started the job")
     assert a.alive(), a.tail()
     assert started() == [a.popen.pid]  # a first delivery runs in A's own process
-    a.popen.send_signal(signal.SIGSTOP)
-    try:
-        b = spawn()
-        # B reclaims the job once it has been idle past the visibility timeout, and runs
-        # it in a child process of its own.
-        wait_until_sync(lambda: len(started()) == 2 or not b.alive(), message="B took over")
-        assert b.alive(), b.tail()
-        b_run = started()[1]
-        (b_consumer,) = owners()
-        assert f"-{b.popen.pid}-" in b_consumer, b_consumer
-    finally:
-        a.popen.send_signal(signal.SIGCONT)
+    b, b_run = take_over(a, spawn, started)
+    (b_consumer,) = owners()
+    assert f"-{b.popen.pid}-" in b_consumer, b_consumer
 
     # A's run ends now: its settle must find the entry owned by B and touch nothing.
     rclient.rpush(key(f"release:{a.popen.pid}"), "go")
@@ -229,14 +236,7 @@ def test_a_zombie_gives_back_no_slot_that_the_worker_running_its_job_holds(
     wait_until_sync(lambda: started() or not a.alive(), message="A started the first job")
     assert a.alive(), a.tail()
     (slot,) = rclient.zrange(slots, 0, -1)
-    a.popen.send_signal(signal.SIGSTOP)
-    try:
-        b = spawn()
-        wait_until_sync(lambda: len(started()) == 2 or not b.alive(), message="B took over")
-        assert b.alive(), b.tail()
-        b_run = started()[1]
-    finally:
-        a.popen.send_signal(signal.SIGCONT)
+    b, b_run = take_over(a, spawn, started)
     assert rclient.zrange(slots, 0, -1) == [slot]  # the same slot, now B's run's
     rclient.rpush(key(f"release:{a.popen.pid}"), "go")
     wait_until_sync(lambda: "no longer pending for this worker" in a.text() or not a.alive(),
