@@ -45,8 +45,8 @@ def limited(tenant: str, tag: str) -> None:
     <tag> <pid>" in order under ``events``."""
     client = app.client()
     me = str(os.getpid())
+    client.rpush(record_key("events"), f"start {tag} {me}")  # first: the test waits on started
     client.rpush(record_key("started"), me)
-    client.rpush(record_key("events"), f"start {tag} {me}")
     while not client.blpop([record_key(f"release:{me}")], timeout=1):
         pass
     client.rpush(record_key("events"), f"finish {tag} {me}")
