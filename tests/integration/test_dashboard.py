@@ -348,6 +348,25 @@ async def test_the_overview_shows_the_counts(
     assert "<svg" in page
 
 
+async def test_the_overview_lists_the_busiest_fairness_keys(
+    make_app: Callable[..., App], serve: Serve
+) -> None:
+    app = shop(make_app)
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=3)
+    def export(tenant: str, n: int) -> None: ...
+
+    assert 'id="keys"' not in serve(app).get("/").text  # no keyed job: no table
+    app.enqueue_many([export.message(t, n) for t, jobs in (("acme", 5), ("<b>x", 2))
+                      for n in range(jobs)])  # fmt: skip
+    page = serve(app).get("/").text
+    table = page.split('id="keys"', 1)[1].split("</table>", 1)[0]
+    rows = table.split('class="key-row"')[1:]
+    waiting = [re.findall(r'class="n waiting">(\d+)<', row) for row in rows]
+    assert waiting == [["5"], ["2"]]
+    assert "&lt;b&gt;x" in table and "<b>x" not in table  # a key is text, escaped
+
+
 def row_of(page: str, queue: str, level: str) -> str:
     body = page.split(f'data-queue="{queue}"', 1)[1].split("</tbody>", 1)[0]
     return body.split(f'data-level="{level}"', 1)[1].split("</tr>", 1)[0]

@@ -19,7 +19,15 @@ from lockgate.backend.broker import LevelStats
 from lockgate.core.activity import LevelActivity
 from lockgate.dashboard.charts import COMPACT, Series, legend, line_chart
 from lockgate.ops import deadletter, queues
-from lockgate.ops.inspect import Activity, WorkerInfo, activity, live_workers, queue_stats
+from lockgate.ops.inspect import (
+    Activity,
+    KeyStats,
+    WorkerInfo,
+    activity,
+    busiest_keys,
+    live_workers,
+    queue_stats,
+)
 
 MINUTES = 15  # the activity window of the overview's rates and charts
 # Dead letters read to count them per queue and level; past that the page says so.
@@ -108,6 +116,7 @@ class Overview:
     throughput_legend: list[tuple[str, str]]
     wait_legend: list[tuple[str, str]]
     now: float
+    keys: list[KeyStats] = field(default_factory=list)
 
 
 async def overview(app: App) -> Overview:
@@ -120,6 +129,7 @@ async def overview(app: App) -> Overview:
     paused = await queues.paused(app)
     workers = await live_workers(app)
     recent = await activity(app, minutes=MINUTES)
+    keys = await busiest_keys(app)
     letters = await run_in_threadpool(deadletter.list_dead, app, DEAD_SCAN)
     dead_by = Counter((letter.queue, letter.level) for letter in letters)
     rows = {name: QueueRow(name, name in paused) for name in app.queues}
@@ -150,6 +160,7 @@ async def overview(app: App) -> Overview:
         throughput_legend=legend(totals),
         wait_legend=legend([Series("p50", []), Series("p99", [])]),
         now=recent.end.timestamp(),  # the server's clock, as the workers' times
+        keys=keys,
     )
 
 

@@ -13,7 +13,7 @@ from lockgate.errors import ConfigError
 
 __all__ = [
     "Activity", "KeyStats", "LevelStats", "Stats", "StatsReport", "WorkerInfo", "activity",
-    "live_workers", "queue_stats", "stats_report",
+    "busiest_keys", "live_workers", "queue_stats", "stats_report",
 ]  # fmt: skip
 RECENT_MINUTES = 15  # the window of `lockgate stats` and the dashboard
 BUSIEST_KEYS = 10  # the fairness keys `lockgate stats` shows
@@ -114,6 +114,20 @@ class StatsReport:
         found["workers"] = [info.as_dict() for info in self.workers]
         found["busiest_keys"] = [row.as_dict() for row in self.keys]
         return found
+
+
+async def busiest_keys(app: App, top: int = BUSIEST_KEYS) -> list[KeyStats]:
+    """The ``top`` fairness keys of ``app``'s queues with the most jobs waiting and
+    running, busiest first, with the ``key_concurrency`` of their tasks running (streams
+    backend; none on the sorted backend).
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    limits = {
+        name: task.key_concurrency for name, task in app.tasks.items() if task.key_concurrency
+    }
+    return await app.store.busiest_keys(app.queues, top, limits)
 
 
 async def stats_report(app: App, minutes: int = RECENT_MINUTES) -> StatsReport:
