@@ -162,7 +162,7 @@ def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:
                 keys.delayed(job.queue, job.level),
             )
         marker = keys.job(job.id)
-        if job.key is not None:  # it waits in its key's stream (see lua/_fair.lua)
+        if job.key is not None:  # it waits in its lane's stream (see lua/_fair.lua)
             lane = fair_lane(job.key, outgoing.limited)
             place = (keys.fair_jobs(job.queue, job.level, lane), place[1])
         script_keys += [marker, *place, outgoing.once_key or marker]

@@ -57,8 +57,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             it starts without asking again.
         key_reserved: its key's limiter (``key_rate_limit``) reserved this attempt's start
             when it put it back: it asks only the task's own limiter then.
-        key: its fairness key (``@app.task(key_by=...)``); None: it has none. Last, so
-            the encoded job starts with its id and task (the scripts read them there).
+        key: its fairness key (``@app.task(key_by=...)``); None: it has none.
     """
 
     id: str
