@@ -231,3 +231,40 @@ def test_slots_of_a_killed_worker_come_back_and_the_limit_holds(
     assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
     second.popen.send_signal(signal.SIGTERM)
     assert second.exited(30), second.tail()
+
+
+def test_a_debounced_jobs_next_run_survives_the_kill_of_its_worker(
+    make_app: Callable[..., App],
+    namespace: str,
+    rclient: redis.Redis,
+    spawn_worker: Callable[..., Proc],
+) -> None:
+    """Streams, ``debounce``: enqueues while a run goes queue one more run; SIGKILL the
+    worker running it: another worker reruns the job, and its ending queues the next run,
+    once, with the last arguments."""
+    app = make_app()
+
+    @app.task(debounce=0.05)
+    def debounced(n: int) -> None: ...
+
+    assert debounced.enqueue(0, job_id="d").created
+    first = spawn_worker("streams", visibility=1.0)
+    wait_until_sync(
+        lambda: rclient.exists(record_key(namespace, "started:d")) or first.popen.poll(),
+        message="the first worker started the job",
+    )
+    assert first.popen.poll() is None, first.tail()
+    assert [debounced.enqueue(n, job_id="d").created for n in (1, 2)] == [True, False]
+    first.popen.send_signal(signal.SIGKILL)
+    assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
+    second = spawn_worker("streams", visibility=1.0)
+    completed = record_key(namespace, "completed")
+    wait_until_sync(lambda: rclient.llen(completed) >= 2 or second.popen.poll() is not None,
+                    timeout=60, message="the job and its next run ended")  # fmt: skip
+    assert second.popen.poll() is None, second.tail()
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "d"), message="nothing more queued")
+    assert rclient.lrange(completed, 0, -1) == [b"0", b"2"]
+    assert not rclient.exists(app.keys.debounce_next("d"))
+    second.popen.send_signal(signal.SIGTERM)
+    assert second.exited(30), second.tail()
+    assert rclient.lrange(completed, 0, -1) == [b"0", b"2"]

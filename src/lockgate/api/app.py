@@ -214,6 +214,11 @@ class App:
                 f"with one partition so far (this App: backend {self.backend!r}, "
                 f"partitions={self.partitions})"
             )
+        if settings.debounce is not None and self.backend != "streams":
+            raise ConfigError(
+                f"task {registered.name!r}: debounce works on the streams backend so far "
+                f"(this App: backend {self.backend!r})"
+            )
         if registered.name in self.tasks:
             raise ConfigError(f"a task named {registered.name!r} is already registered")
         self.tasks[registered.name] = registered
@@ -269,8 +274,12 @@ class App:
             data = check_size(message, codec.encode(message.job), self.max_payload_bytes)
             once_key, once_ttl_ms = message.once or (None, 0)
             delay_ms = round(message.delay * 1000)
-            limited = self.limited_task(message.job.task)
-            outgoing.append(Outgoing(message.job, data, delay_ms, once_key, once_ttl_ms, limited))
+            registered = self.tasks.get(message.job.task)
+            limited = registered.name if registered and registered.key_concurrency else ""
+            debounce = registered.debounce if registered is not None else None
+            outgoing.append(
+                Outgoing(message.job, data, delay_ms, once_key, once_ttl_ms, limited, debounce)
+            )
         return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
 
     def limited_task(self, task: str) -> str:

@@ -160,6 +160,7 @@ class Task(Generic[P, R]):
         self.key_of = key_function(self.name, settings.key_by, self.signature)
         self.key_concurrency = settings.key_concurrency
         self.key_rate = settings.key_rate
+        self.debounce = settings.debounce_ms
 
     @cached_property
     def returns(self) -> Any:
@@ -231,9 +232,14 @@ class Task(Generic[P, R]):
                 nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
                 another value or type (a ``date`` for an unannotated parameter, NaN, a
                 tuple where no annotation asks for one). See `lockgate.core.arguments`.
-            ConfigError: unknown priority, both delay and eta, or a start past the
-                task's ``expires``.
+            ConfigError: unknown priority, both delay and eta, a start past the
+                task's ``expires``, or no ``job_id`` for a debounced task.
         """
+        if job_id is None and self.debounce is not None:
+            raise ConfigError(
+                f"task {self.name!r} is debounced: an enqueue needs the job_id that later "
+                "enqueues of the same job will repeat"
+            )
         self.schema.check(args, kwargs)
         level = priority or self.priority
         self.app.levels.index(level)

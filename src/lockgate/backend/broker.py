@@ -25,6 +25,8 @@ from lockgate.core.outcome import Outcome
 from lockgate.errors import BrokerError, SerializationError
 
 ENQUEUE_BATCH = 500
+# The enqueue script's answer for a debounced job that took a waiting one's place.
+MERGED = b"merged"
 log = get_logger(__name__)
 # A worker's liveness beats: at least this often, and at most (a short lease in tests).
 LONGEST_BEAT = 1.0
@@ -176,6 +178,8 @@ class Settlement:
         final_ttl_ms: how long it is kept.
         result: done and dead: the job's result record (``b""``: none is kept).
         result_ttl_ms: how long it is kept.
+        debounced: the job's task is debounced: its ending queues the next run an
+            enqueue left while it ran (see ``lua/_debounce.lua``).
     """
 
     delivery: Delivery
@@ -194,6 +198,7 @@ class Settlement:
     final_ttl_ms: int = 0
     result: bytes = b""
     result_ttl_ms: int = 0
+    debounced: bool = False
 
     def claim_keys(self) -> list[str]:
         """The claim's key and its older names, when there are ones (the last KEYS)."""
@@ -215,7 +220,8 @@ class Settlement:
 
     def end_args(self) -> list[Arg]:
         """Trim limits, the final record and its TTL, the job id and its status shard, the
-        result record and its TTL, then the dead letter's field/value pairs."""
+        result record and its TTL, the debounce flag, then the dead letter's field/value
+        pairs."""
         job_id = self.delivery.job_id
         args: list[Arg] = [
             *self.trim,
@@ -225,6 +231,7 @@ class Settlement:
             status_shard(job_id) if self.final else "",
             self.result,
             self.result_ttl_ms,
+            "1" if self.debounced else "",
         ]
         for name, value in self.record.items():
             args += [name, value]
@@ -247,7 +254,8 @@ class Outgoing:
     once-only key with its TTL in ms (a cron tick's: the enqueue takes it with SET NX in
     the same script, so each tick is enqueued once however many schedulers run), and for
     a job with a fairness key whose task has a ``key_concurrency``, the task's name: its
-    jobs wait in a lane of their own (see ``Keys.fair_jobs``).
+    jobs wait in a lane of their own (see ``Keys.fair_jobs``); for a job of a debounced
+    task, its ``debounce`` and ``debounce_max`` in ms (0: none; see ``lua/_debounce.lua``).
     """
 
     job: Job
@@ -256,6 +264,7 @@ class Outgoing:
     once_key: str | None = None
     once_ttl_ms: int = 0
     limited: str = ""
+    debounce: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,12 +287,13 @@ class EnqueuePlan:
     def created(self, replies: Sequence[Sequence[Any]]) -> list[bool]:
         """Per job, in the caller's order: False when its id was already queued or running.
 
-        Each script answers per job with 0 for a duplicate and something else otherwise.
+        Each script answers per job with 0 for a duplicate, ``merged`` for a debounced
+        job that took a waiting one's place, and something else otherwise.
         """
         flags = [False] * sum(len(p) for p in self.positions)
         for positions, answers in zip(self.positions, replies, strict=True):
             for position, answer in zip(positions, answers, strict=True):
-                flags[position] = answer != 0
+                flags[position] = answer != 0 and answer != MERGED
         return flags
 
 

@@ -262,6 +262,16 @@ class Keys:
         """Marker that a job id is queued or running (the enqueue dedup key)."""
         return f"{self.prefix}:job:{job_id}"
 
+    def debounce_first(self, job_id: str) -> str:
+        """A debounced job's first enqueue (ms) while it waits, kept ``debounce_max``
+        (built by the scripts from :meth:`job`'s name; see ``lua/_debounce.lua``)."""
+        return f"{self.prefix}:debounce:{job_id}"
+
+    def debounce_next(self, job_id: str) -> str:
+        """A hash: the run an enqueue queued while a debounced job ran (built by the
+        scripts from :meth:`job`'s name; see ``lua/_debounce.lua``)."""
+        return f"{self.prefix}:next:{job_id}"
+
     def tick(self, task: str, stamp: str) -> str:
         """A cron tick's once-only key (SET NX PX by the enqueue script): a tick whose key
         is taken is not enqueued again, even after its job ended and freed :meth:`job`."""

@@ -43,6 +43,8 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
         return None
     if settlement.legacy_markers or settlement.legacy_done or settlement.record:
         return None
+    if settlement.debounced:  # its ending may queue the next run (lua/_debounce.lua)
+        return None
     job = delivery.job
     if job is not None and job.id != delivery.job_id:
         return None  # the marker and the records would be named by different ids

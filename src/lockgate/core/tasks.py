@@ -46,6 +46,8 @@ class TaskKeywords(TypedDict, total=False):
     key_by: str | Callable[..., Any] | None
     key_concurrency: int | None
     key_rate_limit: str | None
+    debounce: float | timedelta | None
+    debounce_max: float | timedelta | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +116,15 @@ class TaskSettings:
     """At most this many starts per key of this task (needs ``key_by``), shared by every
     worker, in the form of ``rate_limit``. A job over it is put back until its turn,
     spending no attempt. None: no limit."""
+    debounce: float | timedelta | None = None
+    """Seconds (or a timedelta): a job of this task starts this long after its enqueue,
+    and an enqueue with the id of one still waiting replaces its arguments and pushes its
+    start back to this long after itself (the job runs once, with the last arguments; the
+    enqueue returns ``created=False``); an enqueue while the job runs queues one more run
+    after it. Every enqueue needs a ``job_id``. Streams backend. None: no debounce."""
+    debounce_max: float | timedelta | None = None
+    """With ``debounce``: a debounced job starts at most this long after the first
+    enqueue it merged, however often it is pushed back. None: no bound."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
     """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
     rate: Rate | None = field(init=False, repr=False, compare=False)
@@ -140,12 +151,25 @@ class TaskSettings:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                                   or limit < 1):  # fmt: skip
             raise ConfigError(f"key_concurrency must be a whole number >= 1, not {limit!r}")
+        self._check_debounce()
         for option in ("key_concurrency", "key_rate_limit"):
             if getattr(self, option) is not None and self.key_by is None:
                 raise ConfigError(f"{option} limits the jobs of one key: it needs key_by")
         if self.name is not None:
             self._check_named(check_task_name(self.name))
         check_name(self.queue, "queue")
+
+    def _check_debounce(self) -> None:
+        wait = _seconds_or_none(self.debounce, "debounce")
+        cap = _seconds_or_none(self.debounce_max, "debounce_max")
+        if cap is not None and wait is None:
+            raise ConfigError("debounce_max bounds a debounce: it needs debounce")
+        if wait is not None and wait <= 0:
+            raise ConfigError(f"debounce must be positive, not {wait:g} s")
+        if cap is not None and wait is not None and cap < wait:
+            raise ConfigError(f"debounce_max ({cap:g} s) must be at least debounce ({wait:g} s)")
+        object.__setattr__(self, "debounce", wait)
+        object.__setattr__(self, "debounce_max", cap)
 
     def _check_named(self, task: str) -> None:
         if self.idempotent:  # the job's own done marker must outlast its retries
@@ -203,6 +227,15 @@ class TaskSettings:
     def expires_seconds(self) -> float | None:
         """``expires`` in seconds (None: never)."""
         return cast(float | None, self.expires)  # normalised in __post_init__
+
+    @property
+    def debounce_ms(self) -> tuple[int, int] | None:
+        """``debounce`` and ``debounce_max`` in ms (0: no bound); None: not debounced."""
+        wait = cast(float | None, self.debounce)  # normalised in __post_init__
+        if wait is None:
+            return None
+        cap = cast(float | None, self.debounce_max)
+        return max(1, round(wait * 1000)), round(cap * 1000) if cap is not None else 0
 
     @property
     def keep_result_ms(self) -> int:

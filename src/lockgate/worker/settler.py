@@ -66,6 +66,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
             else (0, 0)
         ),
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
+        debounced=task is not None and task.debounce is not None,
     )  # fmt: skip
 
 

@@ -5,20 +5,24 @@
 --       key: its key's stream, Keys.fair_jobs, see _fair.lua), KEYS[4i-1] = its
 --       delayed set, KEYS[4i] = its once-only key (any key when it has none); last, the
 --       namespace's wake stream
--- ARGV: for job i, ARGV[3i-2] = encoded job, ARGV[3i-1] = delay in ms (0: now),
---       ARGV[3i] = the once-only key's TTL ms (0: none)
+-- ARGV: for job i, ARGV[3i-2] = encoded job, ARGV[3i-1] = delay in ms (0: now), or for
+--       a job of a debounced task '<wait ms> <cap ms> <consumer group>' (see
+--       _debounce.lua), ARGV[3i] = the once-only key's TTL ms (0: none)
 -- Touches: markers (SET, see _marker.lua), once-only keys (SET NX PX), streams (XADD,
 --          field "job"; a keyed job: its key's stream and the rotation, see _fair.lua),
 --          delayed sets (ZADD, scored by the server's clock + delay) and then one XADD to
 --          the wake stream (MAXLEN 16) so idle workers learn the new due time (or, for a
 --          keyed job, that it waits where they do not block); nothing else is trimmed.
--- Returns: for job i, its stream entry id, 'delayed', or 0 when the id or tick was taken.
+-- Returns: for job i, its stream entry id, 'delayed', or 0 when the id or tick was taken;
+-- for a debounced job 'delayed', 'merged' (it took a waiting run's place) or 'next'
+-- (queued to run after the running one).
 -- A call retried after its reply was lost (redis-py retries a call whose connection
 -- failed) finds its own job there, the very same encoded bytes: it answers as the first
 -- time did instead of calling the job a duplicate. Within one call an id counts once.
 --#include _clock
 --#include _marker
 --#include _fair
+--#include _debounce
 local out = {}
 local now, keyed
 local wake = KEYS[#KEYS]
@@ -57,9 +61,16 @@ for i = 1, #ARGV / 3 do
   local job, delay = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1])
   local fair = is_lane(stream)
   local placed = redis.call('GET', marker)
-  if placed then
-    out[i] = stored_reply(marker, placed, stream, delayed, job)
-    if out[i] ~= 0 then added_here[marker] = true end
+  local stored = placed and stored_reply(marker, placed, stream, delayed, job) or 0
+  if stored ~= 0 then  -- this call's own job, retried: answer as the first time
+    out[i] = stored
+    added_here[marker] = true
+  elseif not delay and not added_here[marker] then  -- a debounced job
+    now = now or now_ms()
+    out[i] = debounce_enqueue(marker, stream, delayed, job, ARGV[3 * i - 1], placed, now)
+    added_here[marker] = true
+  elseif placed then
+    out[i] = 0
   elseif not take_once(KEYS[4 * i], ARGV[3 * i]) then
     out[i] = 0
   elseif delay > 0 then

@@ -43,7 +43,7 @@ if ARGV[1] == 'stream_done' then
       token, action, ttl = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
     end
     apply(script_settle_stream, keys, {ARGV[2], ARGV[3], ARGV[a], 'done', token, action, ttl,
-      '', done_prefix, '0', '', 0, 0, 0, ARGV[a + 2], final_ttl, id, ARGV[a + 3], '', 0})
+      '', done_prefix, '0', '', 0, 0, 0, ARGV[a + 2], final_ttl, id, ARGV[a + 3], '', 0, ''})
   end
   return replies
 end

@@ -14,7 +14,8 @@
 --       level), [13] dead letters kept at most (0: no limit), [14] their max age ms (0: no
 --       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
 --       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
---       record ('' for none), [20] its TTL ms, [21..] dead: field/value pairs
+--       record ('' for none), [20] its TTL ms, [21] unused
+--       (settle_stream's debounce flag), [22..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;
@@ -48,7 +49,7 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 21) end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 22) end
     mark_end(KEYS[9], KEYS[11], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[10], ARGV[19], 'PX', ARGV[20]) end
   end

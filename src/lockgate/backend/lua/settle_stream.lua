@@ -13,13 +13,14 @@
 --       limit), [14] dead letters' max age ms (0: no limit), [15] done and dead: the
 --       final record ('' for none), [16] its TTL ms, [17] the job id, [18] its status
 --       shard (Keys.status_shard), [19] the result record ('' for none), [20] its TTL
---       ms, [21..] dead: the dead letter's field/value pairs
+--       ms, [21] '1' for a job of a debounced task ('' for others), [22..] dead: the dead letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
 --          entry; done: DEL marker, the final record kept (see _status.lua), the
 --          result record SET; retry: ZADD delayed (due at the server's clock + delay),
 --          the marker says so, and XADD wake (idle workers re-read their next due time);
 --          dead: XADD dead (with MAXLEN ~ and XTRIM MINID ~), final and result records as
---          for done. An entry another worker took over (this
+--          for done; a debounced job's next run, if an enqueue left one, queued (see
+--          _debounce.lua). An entry another worker took over (this
 --          one was paused or cut off past the visibility timeout) is not touched: a zombie's
 --          settle cannot free a job that someone else is running.
 --          'abandoned' (a run cut short) touches no entry, only the claim.
@@ -33,6 +34,7 @@
 --#include _dead_letter
 --#include _marker
 --#include _fair
+--#include _debounce
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned = 0
@@ -53,9 +55,10 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     redis.call('SET', marker, 'delayed ' .. due .. ' ' .. level_place_of(stream))
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
-    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 21) end
+    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 22) end
     mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
+    if ARGV[21] == '1' then debounce_next(marker, ARGV[17], wake) end
   end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
