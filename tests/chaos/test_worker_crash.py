@@ -198,39 +198,92 @@ def test_slots_of_a_killed_worker_come_back_and_the_limit_holds(
     first = spawn_worker("streams", concurrency=8, visibility=1.0)
     wait_until_sync(lambda: rclient.llen(ledger) >= 10, message="the first worker is busy")
     first.popen.send_signal(signal.SIGKILL)
-    assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
     killed_at = time.time()
+    assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
     second = spawn_worker("streams", concurrency=8, visibility=1.0)
     runs = record_key(namespace, "runs")
     wait_until_sync(lambda: rclient.hlen(runs) == 36 or second.popen.poll() is not None,
                     timeout=60, message="every job ran to its end")  # fmt: skip
     assert second.popen.poll() is None, second.tail()
-    counts = {k.decode(): int(v) for k, v in rclient.hgetall(runs).items()}
-    assert set(counts) == {r.job_id for r in sent}
-    starts: dict[str, list[tuple[str, float]]] = {}
-    ends: dict[str, list[float]] = {}
-    for line in rclient.lrange(ledger, 0, -1):
-        kind, tenant, job_id, stamp = line.decode().split(" ")
-        if kind == "start":
-            starts.setdefault(tenant, []).append((job_id, float(stamp)))
-        else:
-            ends.setdefault(job_id, []).append(float(stamp))
-    for job_id, count in counts.items():  # a second end only after an end the kill lost
-        assert count == 1 or (count == 2 and min(ends[job_id]) < killed_at), job_id
-    for tenant, begun in starts.items():
-        runs_of = []
-        for job_id, start in begun:  # a run ends before the job's next start, or at the kill
-            later = [s for j, s in begun if j == job_id and s > start]
-            until = min(later, default=float("inf"))
-            after = [end for end in ends.get(job_id, []) if start <= end < until]
-            runs_of.append((start, min(after) if after else killed_at))
-        assert most_at_once(runs_of) <= 2, (tenant, sorted(runs_of))
+    assert check_ledger(rclient, namespace, {r.job_id for r in sent}, {first.popen.pid: killed_at})
     for tenant in "abc":
         wait_until_sync(lambda t=tenant: rclient.zcard(app.keys.fair_slots(limited.name, t)) == 0,
                         message="no slot left held")  # fmt: skip
     assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
     second.popen.send_signal(signal.SIGTERM)
     assert second.exited(30), second.tail()
+
+
+def check_ledger(
+    rclient: redis.Redis, namespace: str, job_ids: set[str], killed: dict[int, float]
+) -> int:
+    """The ledger of the ``limited`` task's runs (start and end stamps, with the pid of
+    the worker that ran each, whose job children die with it): every job ran to an end;
+    a job ran more than once only if a run of it was in a worker killed at
+    ``killed[pid]`` (its end or its ack lost); and no tenant ever had more than 2 runs at
+    once, a killed worker's unfinished run ending at its kill. Returns how many runs a
+    kill cut short."""
+    counts = {k.decode(): int(v) for k, v in rclient.hgetall(record_key(namespace, "runs")).items()}
+    assert set(counts) == job_ids
+    starts: dict[str, list[tuple[str, float, int]]] = {}
+    ends: dict[str, list[float]] = {}
+    for line in rclient.lrange(record_key(namespace, "ledger"), 0, -1):
+        kind, tenant, job_id, stamp, pid = line.decode().split(" ")
+        if kind == "start":
+            starts.setdefault(tenant, []).append((job_id, float(stamp), int(pid)))
+        else:
+            ends.setdefault(job_id, []).append(float(stamp))
+    in_killed = {j for begun in starts.values() for j, _, pid in begun if pid in killed}
+    for job_id, count in counts.items():
+        assert count == 1 or job_id in in_killed, (job_id, count)
+    cut = 0
+    for tenant, begun in starts.items():
+        runs_of = []
+        for job_id, start, pid in begun:  # a run ends before the job's next start, or at a kill
+            later = [s for j, s, _ in begun if j == job_id and s > start]
+            until = min(later, default=float("inf"))
+            after = [end for end in ends.get(job_id, []) if start <= end < until]
+            cut += not after
+            runs_of.append((start, min(after) if after else killed.get(pid, float("inf"))))
+        assert most_at_once(runs_of) <= 2, (tenant, sorted(runs_of))
+    return cut
+
+
+def test_key_concurrency_holds_while_workers_are_killed_every_few_seconds(
+    make_app: Callable[..., App],
+    namespace: str,
+    rclient: redis.Redis,
+    spawn_worker: Callable[..., Proc],
+) -> None:
+    """Streams, ``key_concurrency=2``: two workers run 90 jobs of three keys while one of
+    them is SIGKILLed every 1.5 s and replaced (five kills); every job ends, the ledger
+    never has more than 2 of a key at once, and no slot or hold is left."""
+    app = make_app()
+
+    @app.task(key_by="tenant", key_concurrency=2)
+    def limited(tenant: str, ms: int) -> None: ...
+
+    sent = app.enqueue_many([limited.message(t, 400) for t in "abc" for _ in range(30)])
+    runs = record_key(namespace, "runs")
+    workers = [spawn_worker("streams", concurrency=4, visibility=1.0) for _ in range(2)]
+    killed: dict[int, float] = {}
+    for turn in range(5):
+        time.sleep(1.5)  # the scenario's clock: a kill every 1.5 s, whatever the jobs do
+        victim = workers[turn % 2]
+        assert victim.popen.poll() is None, victim.tail()
+        victim.popen.send_signal(signal.SIGKILL)
+        killed[victim.popen.pid] = time.time()
+        assert victim.exited(30)
+        workers[turn % 2] = spawn_worker("streams", concurrency=4, visibility=1.0)
+    wait_until_sync(lambda: rclient.hlen(runs) == 90, timeout=90, message="every job ended")
+    assert check_ledger(rclient, namespace, {r.job_id for r in sent}, killed) >= 3  # kills hit runs
+    for tenant in "abc":
+        wait_until_sync(lambda t=tenant: rclient.zcard(app.keys.fair_slots(limited.name, t)) == 0,
+                        message="no slot left held")  # fmt: skip
+    assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
+    for proc in workers:
+        proc.popen.send_signal(signal.SIGTERM)
+        assert proc.exited(30), proc.tail()
 
 
 def test_a_debounced_jobs_next_run_survives_the_kill_of_its_worker(

@@ -29,6 +29,8 @@ def build(url: str, namespace: str, backend: str) -> App:
     """The app with the chaos tasks; the test process declares the same names."""
     app = App(redis_url=url, namespace=namespace, backend=backend)  # type: ignore[arg-type]
     results = sync_client(url)  # a cluster client on the cluster run
+    # The worker's pid, also in a child it forks to run a job (which dies with it).
+    worker = os.getpid()
 
     @app.task
     def block_once(tag: str) -> None:
@@ -52,11 +54,13 @@ def build(url: str, namespace: str, backend: str) -> App:
 
         @app.task(key_by="tenant", key_concurrency=2)
         def limited(tenant: str, ms: int) -> None:
-            """Take ``ms`` milliseconds with a slot of ``tenant``; the ledger says when."""
+            """Take ``ms`` milliseconds with a slot of ``tenant``; the ledger says when,
+            and in which worker."""
             job_id = current_job().job_id
-            results.rpush(record_key(namespace, "ledger"), f"start {tenant} {job_id} {time.time()}")
+            ledger, pid = record_key(namespace, "ledger"), worker
+            results.rpush(ledger, f"start {tenant} {job_id} {time.time()} {pid}")
             time.sleep(ms / 1000)
-            results.rpush(record_key(namespace, "ledger"), f"end {tenant} {job_id} {time.time()}")
+            results.rpush(ledger, f"end {tenant} {job_id} {time.time()} {pid}")
             results.hincrby(record_key(namespace, "runs"), job_id, 1)
 
         @app.task(debounce=0.05)
