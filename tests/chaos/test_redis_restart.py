@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from conftest import delete_namespace, running, wait_until, worker_for
+from conftest import delete_namespace, most_at_once, running, wait_until, worker_for
 from lockgate import App, ConnectionFailed
 from lockgate.integrations.embedded import EmbeddedServer
 
@@ -88,3 +90,53 @@ async def test_producers_enqueue_again_after_a_server_restart(
 def queued(app: App) -> int:
     """How many jobs wait in the app's default stream (the AOF kept the first two)."""
     return int(app.client().xlen(app.keys.stream("default", "normal")))
+
+
+async def test_slots_and_a_debounced_next_run_survive_a_server_crash(
+    make_app: Callable[..., App], server: EmbeddedServer
+) -> None:
+    """Streams: a crash (SIGKILL, restart from the AOF) while jobs of ``key_concurrency=2``
+    hold their slots and a debounced job runs with a next run queued: every job ends once,
+    never more than 2 of a key at once, no slot is left held, and the next run runs once
+    with the last arguments."""
+    namespace = uuid.uuid4().hex
+    app = make_app(redis_url=server.url, namespace=namespace)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    ended: list[str] = []
+    debounced_runs: list[int] = []
+    hold = asyncio.Event()
+
+    @app.task(key_by="tenant", key_concurrency=2)
+    async def limited(tenant: str, n: int) -> None:
+        start = time.monotonic()
+        await hold.wait()
+        spans.setdefault(tenant, []).append((start, time.monotonic()))
+        ended.append(f"{tenant}{n}")
+
+    @app.task(debounce=0.05)
+    async def rebuild(n: int) -> None:
+        debounced_runs.append(n)
+        await hold.wait()
+
+    try:
+        app.enqueue_many([limited.message(t, n) for t in "ab" for n in range(10)])
+        rebuild.enqueue(0, job_id="feed")
+        worker = worker_for(app, concurrency=8)
+        async with running(worker):
+            await wait_until(lambda: debounced_runs == [0], message="the debounced run started")
+            slots = [app.keys.fair_slots(limited.name, t) for t in "ab"]
+            await wait_until(lambda: sum(app.client().zcard(s) for s in slots) == 4,
+                             message="both keys at their limit")  # fmt: skip
+            assert [rebuild.enqueue(n, job_id="feed").created for n in (1, 2)] == [True, False]
+            server.kill()
+            server.start()
+            hold.set()
+            await wait_until(lambda: len(ended) == 20 and debounced_runs == [0, 2],
+                             timeout=60, message="every job ended")  # fmt: skip
+            await wait_until(lambda: app.job("feed").status == "done", message="next run ended")
+        assert sorted(ended) == sorted(f"{t}{n}" for t in "ab" for n in range(10))
+        assert all(most_at_once(runs) <= 2 for runs in spans.values()), spans
+        assert sum(app.client().zcard(s) for s in slots) == 0
+        assert worker.dead == 0
+    finally:
+        delete_namespace(server.url, namespace)
