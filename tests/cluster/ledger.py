@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -19,6 +21,8 @@ from lockgate.integrations.postgres import claim
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
 JOBS = 300
 log = logging.getLogger(__name__)
+# Per namespace, per fairness key: the most runs at once seen (a build with a key limit).
+MOST_AT_ONCE: dict[str, dict[str, int]] = {}
 
 
 def effects(run: str) -> tuple[int, int]:
@@ -31,19 +35,39 @@ def effects(run: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def build(url: str, run: str, partitions: int = 1) -> tuple[App, Callable[[], list[int]]]:
-    """An app whose task writes its effect once (PostgreSQL claim), and the jobs started."""
+def build(
+    url: str, run: str, partitions: int = 1, key_concurrency: int | None = None
+) -> tuple[App, Callable[[], list[int]]]:
+    """An app whose task writes its effect once (PostgreSQL claim), and the jobs started.
+
+    With ``key_concurrency``, job n's fairness key is ``t<n % 3>`` and its task runs at
+    most that many of a key at once; MOST_AT_ONCE[namespace] counts what this process ran.
+    """
     app = App(url, namespace=uuid.uuid4().hex, partitions=partitions)
     started: list[int] = []
+    running: dict[str, int] = {}
+    most = MOST_AT_ONCE.setdefault(app.namespace, {})
+    lock = threading.Lock()
+    limits: dict[str, Any] = {}
+    if key_concurrency is not None:
+        limits = {"key_by": lambda n: f"t{n % 3}", "key_concurrency": key_concurrency}
 
-    @app.task(retries=3, backoff=0.05)
+    @app.task(retries=3, backoff=0.05, **limits)
     def pay(n: int) -> None:
-        started.append(n)
-        time.sleep(0.002)
-        with psycopg.connect(DSN) as conn, conn.transaction():
-            if claim(conn, f"cluster:{run}:{n}"):
-                conn.execute("INSERT INTO cluster_effects VALUES (%s, %s)", (run, n))
-        log.debug("job %s ran (attempt %d)", n, current_job().attempt)
+        key = f"t{n % 3}"
+        with lock:
+            running[key] = running.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), running[key])
+        try:
+            started.append(n)
+            time.sleep(0.002)
+            with psycopg.connect(DSN) as conn, conn.transaction():
+                if claim(conn, f"cluster:{run}:{n}"):
+                    conn.execute("INSERT INTO cluster_effects VALUES (%s, %s)", (run, n))
+            log.debug("job %s ran (attempt %d)", n, current_job().attempt)
+        finally:
+            with lock:
+                running[key] -= 1
 
     return app, lambda: started
 

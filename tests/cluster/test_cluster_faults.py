@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from cluster.ledger import JOBS, build, check, enqueue_jobs, serve_through
+from cluster.ledger import JOBS, MOST_AT_ONCE, build, check, enqueue_jobs, serve_through
 from clusters import LocalCluster, Node, replicated, wait_for
 from lockgate import App
 from lockgate.integrations.embedded import bundled_binary
@@ -109,6 +109,37 @@ async def test_cluster_failover_of_the_namespaces_primary(
 
     served = await serve_through(app, ledger, failover, after=JOBS // 4)
     check(f"CLUSTER FAILOVER, partitions={partitions}", served, started)
+
+
+async def test_cluster_failover_with_keyed_jobs_holding_slots(
+    cluster: LocalCluster, ledger: str
+) -> None:
+    """``key_concurrency=2`` over three keys: a failover of the namespace's primary while
+    jobs hold slots loses and doubles nothing, never runs more than 2 of a key at once,
+    and leaves no slot held."""
+    app, started = build(cluster.seeds, ledger, key_concurrency=2)
+    key = struck(app)
+    _, replica = owner_of(cluster, key)
+    slots = [app.keys.fair_slots("pay", f"t{k}") for k in range(3)]
+    namespace = app.namespace
+    enqueue_jobs(app)
+
+    def failover() -> None:
+        c = replica.client()
+        try:
+            c.execute_command("CLUSTER", "FAILOVER")
+        finally:
+            c.close()
+        wait_for(lambda: primary_port(cluster, key) == replica.port, "a promotion")
+
+    served = await serve_through(app, ledger, failover, after=JOBS // 4)
+    check("CLUSTER FAILOVER, key_concurrency=2", served, started)
+    assert max(MOST_AT_ONCE[namespace].values()) <= 2, MOST_AT_ONCE[namespace]
+    client = redis.RedisCluster(host="127.0.0.1", port=replica.port)
+    try:
+        assert [client.zcard(name) for name in slots] == [0, 0, 0]
+    finally:
+        client.close()
 
 
 async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
