@@ -160,8 +160,13 @@ def chart(results: dict[str, Any], out: Path) -> str:
 
 
 # Sections of RESULTS.md that other commands write (``benchmarks.partitions``,
-# ``benchmarks.gate --record``): a run of the peers keeps them as they are.
-KEPT_SECTIONS = ("## Partitions on a 3-primary cluster", "## Regression gate")
+# ``benchmarks.gate --record``, ``benchmarks.fairness --write``): a run of the peers keeps
+# them as they are.
+KEPT_SECTIONS = (
+    "## Partitions on a 3-primary cluster",
+    "## Regression gate",
+    "## Fair shares inside a level (benchmarks.fairness)",
+)
 
 
 def kept_sections(text: str) -> str:
