@@ -370,19 +370,59 @@ async def test_a_keyed_enqueue_retried_after_a_lost_reply_answers_as_the_first(
         await wait_until(lambda: worker.processed == 1)
 
 
-async def test_keyed_jobs_run_in_a_partitioned_namespace(make_app: Callable[..., App]) -> None:
-    """With partitions, a keyed job lives in its id's partition (fair among that
-    partition's keyed jobs): every job runs, once, and reports its key."""
+async def test_keyed_jobs_live_in_their_keys_partition(
+    make_app: Callable[..., App], rclient: Any
+) -> None:
+    """With partitions, a keyed job lives in its key's partition (so a key's jobs, lane
+    and slots share a hash tag): every job runs once, the flood does not starve the few,
+    and ``app.job``, ``cancel`` and ``result`` find a job by its id alone."""
     app = make_app(partitions=4)
     ran: list[str] = []
+    tenants: list[str] = []
 
-    @app.task(priority="low", key_by="tenant")
-    async def report(tenant: str, n: int) -> None:
+    @app.task(priority="low", key_by="tenant", keep_result=60)
+    async def report(tenant: str, n: int) -> str:
         ran.append(current_job().job_id)
+        tenants.append(tenant)
+        return f"{tenant}{n}"
 
+    layout = app.store.layout
     sent = app.enqueue_many([report.message(t, n) for t in ("big", "a", "b") for n in range(40)])
-    worker = worker_for(app, concurrency=8)
+    for result, tenant in zip(sent, ["big"] * 40 + ["a"] * 40 + ["b"] * 40, strict=True):
+        home = layout.for_job(result.job_id, tenant)
+        assert rclient.exists(home.job(result.job_id)), (result.job_id, tenant)
+    moved = next(
+        r for r in sent[40:80] if layout.for_job(r.job_id) != layout.for_job(r.job_id, "a")
+    )  # a job whose id would put it in another partition than its key's
+    assert app.job(moved.job_id).status == "waiting"
+    assert app.job(moved.job_id).key == "a"
+    assert app.cancel(moved.job_id)
+    assert app.job(moved.job_id).status == "cancelled"
+    worker = worker_for(app, concurrency=4)
     async with running(worker):
-        await wait_until(lambda: worker.processed == 120, timeout=30)
-    assert sorted(ran) == sorted(r.job_id for r in sent)
+        await wait_until(lambda: worker.processed == 119, timeout=30)
+        assert await sent[-1].result_async(timeout=10) == "b39"
+    assert sorted(ran) == sorted(r.job_id for r in sent if r.job_id != moved.job_id)
     assert {app.job(r.job_id).key for r in sent[:40]} == {"big"}
+    # All three keys share turns wherever they live: the few are not behind the flood.
+    assert tenants[:60].count("big") < 40
+
+
+async def test_key_concurrency_with_partitions(make_app: Callable[..., App]) -> None:
+    """``key_concurrency`` holds in a partitioned namespace: a key's jobs and slots live in
+    its key's partition."""
+    app = make_app(partitions=4)
+    spans: dict[str, list[tuple[float, float]]] = {}
+
+    @app.task(key_by="tenant", key_concurrency=2)
+    async def export(tenant: str, n: int) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(0.02)
+        spans.setdefault(tenant, []).append((start, time.monotonic()))
+
+    app.enqueue_many([export.message(t, n) for t in "abcd" for n in range(12)])
+    worker = worker_for(app, concurrency=16)
+    async with running(worker):
+        await wait_until(lambda: worker.processed == 48, timeout=30)
+    assert {t: len(s) for t, s in spans.items()} == dict.fromkeys("abcd", 12)
+    assert max(most_at_once(s) for s in spans.values()) == 2

@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from lockgate import App
 from lockgate.backend.keys import Keys, done_marker_place
-from lockgate.backend.partitions import Layout, partition_of, partition_tags
+from lockgate.backend.partitions import Layout, home_of, partition_of, partition_tags
 
 NAMESPACE = "shop-eu"
 ARGUMENTS: dict[str, Any] = {
@@ -159,3 +159,24 @@ def test_every_partitioned_enqueue_call_touches_one_partitions_slot() -> None:
             assert partition_of(jobs[i].id, 4) == part, jobs[i].id
             assert layout.for_job(jobs[i].id).job(jobs[i].id) in call.keys
     assert used == {0, 1, 2, 3}
+
+
+def test_a_keyed_job_goes_to_its_keys_partition() -> None:
+    """With partitions, a keyed job's enqueue call is its key's partition's: its marker,
+    its lane and its key's slots share that partition's slot, whatever its id."""
+    app = App("redis://127.0.0.1:1/0", namespace=NAMESPACE, partitions=4)
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=2)
+    def export(tenant: str, n: int) -> None: ...
+
+    messages = [export.message(t, n) for t in ("acme", "globex") for n in range(50)]
+    jobs, plan = app._plan(messages)
+    layout = Layout(NAMESPACE, 4)
+    homes = {t: home_of("", t, 4) for t in ("acme", "globex")}
+    assert {partition_of(job.id, 4) for job in jobs} == {0, 1, 2, 3}  # ids spread, keys not
+    for call, chosen in zip(plan.calls, plan.positions, strict=True):
+        (call_slot,) = {slot(key) for key in call.keys}
+        for i in chosen:
+            keys = layout.parts[homes[jobs[i].key or ""]]
+            assert slot(keys.prefix) == call_slot
+            assert slot(keys.fair_slots(export.name, jobs[i].key or "")) == call_slot

@@ -206,13 +206,10 @@ class App:
 
     def _register(self, func: Callable[..., Any], settings: TaskSettings) -> Task[Any, Any]:
         registered = Task(self, func, settings)
-        if settings.key_concurrency is not None and (
-            self.backend != "streams" or self.partitions > 1
-        ):
+        if settings.key_concurrency is not None and self.backend != "streams":
             raise ConfigError(
                 f"task {registered.name!r}: key_concurrency works on the streams backend "
-                f"with one partition so far (this App: backend {self.backend!r}, "
-                f"partitions={self.partitions})"
+                f"so far (this App: backend {self.backend!r})"
             )
         if settings.debounce is not None and self.backend != "streams":
             raise ConfigError(

@@ -1,6 +1,7 @@
 """A job's status, result and cancellation: the store's calls about one job by its id.
 
-Each reads the job's marker, then calls its script with the keys of the place the
+Each reads the job's marker (in the partition of its id, then in the others: a job with a
+fairness key lives in its key's), then calls its script with the keys of the place the
 marker names (every key a script touches arrives in KEYS); the script checks the marker
 did not change meanwhile (it answers :data:`MOVED`), else the two steps run again. The
 cancel flags a worker reads for its running jobs are here too.
@@ -16,12 +17,13 @@ from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import GROUP, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
-from lockgate.backend.partitions import Layout, partition_of
+from lockgate.backend.partitions import Layout, home_of, partition_of
 
 # A running job's cancel flag names its take, so a stale one never reaches a later run of
 # the id; an hour covers a worker that looks late (it looks every fraction of a second).
 CANCEL_FLAG_MS = 3_600_000
 MOVED = "moved"  # a job's marker changed between the read and the script: read again
+UNKNOWN = "unknown"  # no marker, no record: not in this partition
 
 
 class JobHost(Protocol):
@@ -49,47 +51,75 @@ class Jobs:
     def __init__(self, store: JobHost) -> None:
         self._store = store
 
-    def _status_call(self, job_id: str, placed: str) -> ScriptCall:
-        keys = self._store.layout.for_job(job_id)
+    def _status_call(self, job_id: str, placed: str, part: int) -> ScriptCall:
+        keys = self._store.layout.parts[part]
         names = [keys.job(job_id), keys.result(job_id), keys.statuses(), keys.status(job_id)]
         args: list[Arg] = [GROUP, placed, job_id, status_shard(job_id)]
         return ScriptCall("job_status", [*names, *keys.place_keys(placed)], args)
 
     def _cancel_call(
-        self, job_id: str, placed: str, record: bytes, record_ttl_ms: int
+        self, job_id: str, placed: str, part: int, record: bytes, record_ttl_ms: int
     ) -> ScriptCall:
-        keys = self._store.layout.for_job(job_id)
+        keys = self._store.layout.parts[part]
         names = [keys.job(job_id), keys.cancel_flag(job_id), keys.statuses()]
         args: list[Arg] = [
             GROUP, record, record_ttl_ms, CANCEL_FLAG_MS, placed, job_id, status_shard(job_id)
         ]  # fmt: skip
         return ScriptCall("cancel_job", [*names, *keys.place_keys(placed)], args)
 
-    def _marker(self, job_id: str) -> str:
-        client, _ = self._store.sync_connection()
-        with translated(self._store.url):
-            placed = client.get(self._store.layout.for_job(job_id).job(job_id))
-        return text(placed) if placed is not None else ""
+    def _search_order(self, job_id: str) -> list[int]:
+        """The partitions to look for a job in: its id's first (where a job without a
+        fairness key lives), then the others (a keyed job lives in its key's, see
+        :func:`~lockgate.backend.partitions.home_of`)."""
+        layout = self._store.layout
+        first = partition_of(job_id, layout.partitions)
+        return [first, *(p for p in range(layout.partitions) if p != first)]
 
-    async def _marker_async(self, job_id: str) -> str:
-        client, _ = await self._store.async_connection()
+    def _marker(self, job_id: str) -> tuple[str, int]:
+        """The job's marker value ('' none) and the partition it is in (the id's when
+        none is)."""
+        client, _ = self._store.sync_connection()
+        order = self._search_order(job_id)
         with translated(self._store.url):
-            placed = await client.get(self._store.layout.for_job(job_id).job(job_id))
-        return text(placed) if placed is not None else ""
+            for part in order:
+                placed = client.get(self._store.layout.parts[part].job(job_id))
+                if placed is not None:
+                    return text(placed), part
+        return "", order[0]
+
+    async def _marker_async(self, job_id: str) -> tuple[str, int]:
+        client, _ = await self._store.async_connection()
+        order = self._search_order(job_id)
+        with translated(self._store.url):
+            for part in order:
+                placed = await client.get(self._store.layout.parts[part].job(job_id))
+                if placed is not None:
+                    return text(placed), part
+        return "", order[0]
 
     def status(self, job_id: str) -> list[Any]:
         """Where job ``job_id`` is, and its final and result records (see
-        ``lua/job_status.lua``)."""
+        ``lua/job_status.lua``); with several partitions, an ended job's records are
+        looked for in each until one has them."""
         while True:
-            (reply,) = self._store.run([self._status_call(job_id, self._marker(job_id))])
+            placed, part = self._marker(job_id)
+            parts = [part] if placed else self._search_order(job_id)
+            for part in parts:
+                (reply,) = self._store.run([self._status_call(job_id, placed, part)])
+                if text(reply[0]) != UNKNOWN:
+                    break
             if text(reply[0]) != MOVED:
                 return list(reply)
 
     async def status_async(self, job_id: str) -> list[Any]:
         """Async :meth:`status`."""
         while True:
-            placed = await self._marker_async(job_id)
-            (reply,) = await self._store.run_async([self._status_call(job_id, placed)])
+            placed, part = await self._marker_async(job_id)
+            parts = [part] if placed else self._search_order(job_id)
+            for part in parts:
+                (reply,) = await self._store.run_async([self._status_call(job_id, placed, part)])
+                if text(reply[0]) != UNKNOWN:
+                    break
             if text(reply[0]) != MOVED:
                 return list(reply)
 
@@ -98,39 +128,42 @@ class Jobs:
         record), ``running`` (its worker is told) or ``gone`` (see
         ``lua/cancel_job.lua``)."""
         while True:
-            call = self._cancel_call(job_id, self._marker(job_id), record, record_ttl_ms)
+            placed, part = self._marker(job_id)
+            call = self._cancel_call(job_id, placed, part, record, record_ttl_ms)
             if (answer := text(self._store.run([call])[0])) != MOVED:
                 return answer
 
     async def cancel_async(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
         """Async :meth:`cancel`."""
         while True:
-            placed = await self._marker_async(job_id)
-            call = self._cancel_call(job_id, placed, record, record_ttl_ms)
+            placed, part = await self._marker_async(job_id)
+            call = self._cancel_call(job_id, placed, part, record, record_ttl_ms)
             if (answer := text((await self._store.run_async([call]))[0])) != MOVED:
                 return answer
 
-    async def cancel_requests(self, job_ids: Sequence[str]) -> list[str]:
-        """The cancel flags of running jobs, in one read: per job, the take it names, ""
-        when none."""
+    async def cancel_requests(self, jobs: Sequence[tuple[str, str | None]]) -> list[str]:
+        """The cancel flags of running jobs (id and fairness key each: the flag is in the
+        job's partition, where its marker is), in one read: per job, the take it names,
+        "" when none."""
         layout = self._store.layout
         # One call per partition (a script's keys share one slot), in one round trip.
         groups: dict[int, list[int]] = {}
-        for position, job_id in enumerate(job_ids):
-            groups.setdefault(partition_of(job_id, layout.partitions), []).append(position)
+        for position, (job_id, key) in enumerate(jobs):
+            groups.setdefault(home_of(job_id, key, layout.partitions), []).append(position)
         calls = [
             ScriptCall(
-                "cancel_flags", [layout.parts[part].cancel_flag(job_ids[i]) for i in positions], []
+                "cancel_flags", [layout.parts[part].cancel_flag(jobs[i][0]) for i in positions], []
             )
             for part, positions in groups.items()
         ]
-        found = [""] * len(job_ids)
+        found = [""] * len(jobs)
         replies = await self._store.run_async(calls)
         for positions, values in zip(groups.values(), replies, strict=True):
             for position, value in zip(positions, values, strict=True):
                 found[position] = text(value)
         return found
 
-    async def cancel_request(self, job_id: str) -> str:
-        """The cancel flag of one job: the take it names, "" when none."""
-        return (await self.cancel_requests([job_id]))[0]
+    async def cancel_request(self, job_id: str, key: str | None = None) -> str:
+        """The cancel flag of one job (of fairness key ``key``): the take it names, ""
+        when none."""
+        return (await self.cancel_requests([(job_id, key)]))[0]

@@ -3,7 +3,8 @@
 ``App(partitions=1)`` keeps every key under the one hash tag ``{namespace}``: one Redis
 Cluster slot, one primary. With ``partitions=P`` (P > 1) the namespace is P independent
 copies of the job layout, each under its own hash tag, and a job lives in the partition
-its id hashes to (:func:`partition_of`), with everything one script touches about it: its
+its id hashes to (:func:`partition_of`; a job with a fairness key, its key: see
+:func:`home_of`), with everything one script touches about it: its
 stream and delayed set, its enqueue marker, status, result, cancel flag, cron tick key,
 dead letter, and the claim and done marker of an ``idempotent=True`` task. So each script
 still runs on one node, and jobs spread over the cluster.
@@ -47,6 +48,14 @@ def partition_of(job_id: str, partitions: int) -> int:
     if partitions == 1:
         return 0
     return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % partitions
+
+
+def home_of(job_id: str, key: str | None, partitions: int) -> int:
+    """The partition a job lives in: its fairness key's when it has one
+    (``@app.task(key_by=...)``), so that a key's jobs, lane and slots share one slot and
+    one script serves them; else its id's. A job is found by its id alone all the same
+    (``Jobs`` looks in the id's partition first, then in the others)."""
+    return partition_of(key or job_id, partitions)
 
 
 @cache
@@ -102,9 +111,10 @@ class Layout:
         """Whether jobs are spread over several partitions."""
         return self.partitions > 1
 
-    def for_job(self, job_id: str) -> Keys:
-        """The keys of the partition job ``job_id`` lives in."""
-        return self.parts[partition_of(job_id, self.partitions)]
+    def for_job(self, job_id: str, key: str | None = None) -> Keys:
+        """The keys of the partition job ``job_id`` (of fairness key ``key``) lives in
+        (see :func:`home_of`)."""
+        return self.parts[home_of(job_id, key, self.partitions)]
 
     def index_of(self, keys: Keys) -> int:
         """The position of a partition's keys in :attr:`parts`."""

@@ -32,7 +32,7 @@ from lockgate.backend.connections import AsyncClient
 from lockgate.backend.keys import GROUP, Keys, fair_lane, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.backend.partitioned import PartitionedConsumer
-from lockgate.backend.partitions import Layout, partition_of
+from lockgate.backend.partitions import Layout, home_of
 from lockgate.backend.stream_consumer import JOB_FIELD, StreamConsumer
 from lockgate.core.config import Levels
 
@@ -102,7 +102,7 @@ class StreamBroker:
         # A script's keys share one slot: the jobs of each partition go in calls of their own.
         by_partition: dict[int, list[int]] = {}
         for i, outgoing in enumerate(jobs):
-            part = partition_of(outgoing.job.id, self._layout.partitions)
+            part = home_of(outgoing.job.id, outgoing.job.key, self._layout.partitions)
             by_partition.setdefault(part, []).append(i)
         for part, members in by_partition.items():
             keys = self._layout.parts[part]

@@ -76,11 +76,12 @@ class Scheduler:
     def message(self, schedule: Schedule, tick: datetime) -> Message:
         """The job of one tick, with its once-only key."""
         task = self.app.tasks[schedule.task]
-        job_id = schedule.job_id(tick)
+        message = task.message(job_id=schedule.job_id(tick))
+        job = message.job
         # In the job's partition: the enqueue script takes it with the job.
-        once_key = self.app.store.layout.for_job(job_id).tick(schedule.task, stamp(tick))
+        once_key = self.app.store.layout.for_job(job.id, job.key).tick(schedule.task, stamp(tick))
         once_ttl_ms = max(1, round(schedule.once_ttl(tick) * 1000))
-        return replace(task.message(job_id=job_id), once=(once_key, once_ttl_ms))
+        return replace(message, once=(once_key, once_ttl_ms))
 
     async def enqueue_due(self, now: datetime | None = None) -> list[EnqueueResult]:
         """Enqueue the latest tick up to ``now`` of each schedule, unless this scheduler
