@@ -48,7 +48,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks import machine, roundtrips, servers
+from benchmarks import machine, report, roundtrips, servers
 from benchmarks.costs import drain_once, loop_runner
 from benchmarks.peers.base import LOW_JOB_SECONDS
 from benchmarks.runner import CRITICAL_INTERVAL, percentile
@@ -425,14 +425,7 @@ def _wrap(text: str) -> str:
 
 def write_section(text: str, path: Path = RESULTS) -> None:
     """Put ``text`` in place of the file's fairness section, or after its end."""
-    content = path.read_text()
-    at = content.find(SECTION + "\n")
-    if at < 0:
-        path.write_text(content.rstrip("\n") + "\n\n" + text)
-        return
-    after = content.find("\n## ", at + len(SECTION))
-    rest = content[after + 1 :] if after >= 0 else ""
-    path.write_text(content[:at] + text + ("\n" + rest if rest else ""))
+    report.replace_section(path, SECTION, text)
 
 
 def draw(figures: dict[str, Any], out: Path) -> None:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.crc import key_slot
 
-from benchmarks import machine, roundtrips
+from benchmarks import machine, report, roundtrips
 from benchmarks.report import markdown_rows
 from lockgate import App, Worker, WorkerConfig
 from lockgate.backend.partitions import Layout
@@ -396,14 +396,7 @@ def section(
 
 def write_section(text: str, path: Path = RESULTS) -> None:
     """Put ``text`` in place of the file's partitions section, or after its end."""
-    content = path.read_text()
-    at = content.find(SECTION)
-    if at < 0:
-        path.write_text(content.rstrip("\n") + "\n\n" + text)
-        return
-    after = content.find("\n## ", at + len(SECTION))
-    rest = content[after + 1 :] if after >= 0 else ""
-    path.write_text(content[:at] + text + ("\n" + rest if rest else ""))
+    report.replace_section(path, SECTION, text)
 
 
 @contextmanager

@@ -203,3 +203,16 @@ def write(results: dict[str, Any], out: Path, console: Console) -> None:
     kept = kept_sections(written.read_text()) if written.exists() else ""
     written.write_text(markdown(results).rstrip("\n") + ("\n\n" + kept if kept else "\n"))
     console.print(f"wrote {out / 'results.json'} and {out / 'RESULTS.md'}")
+
+
+def replace_section(path: Path, heading: str, text: str) -> None:
+    """Put ``text`` in place of the Markdown file's section under ``heading`` (up to the
+    next ``## ``), or after the file's end when it has none."""
+    content = path.read_text()
+    at = content.find(heading + "\n")
+    if at < 0:
+        path.write_text(content.rstrip("\n") + "\n\n" + text)
+        return
+    after = content.find("\n## ", at + len(heading))
+    rest = content[after + 1 :] if after >= 0 else ""
+    path.write_text(content[:at] + text + ("\n" + rest if rest else ""))
