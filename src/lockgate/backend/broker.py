@@ -180,6 +180,8 @@ class Settlement:
         result_ttl_ms: how long it is kept.
         debounced: the job's task is debounced: its ending queues the next run an
             enqueue left while it ran (see ``lua/_debounce.lua``).
+        holds_slot: the job's task has a ``key_concurrency``: its settle gives back the
+            slot it may hold (see ``lua/_fair.lua``).
     """
 
     delivery: Delivery
@@ -199,6 +201,7 @@ class Settlement:
     result: bytes = b""
     result_ttl_ms: int = 0
     debounced: bool = False
+    holds_slot: bool = False
 
     def claim_keys(self) -> list[str]:
         """The claim's key and its older names, when there are ones (the last KEYS)."""
@@ -220,8 +223,8 @@ class Settlement:
 
     def end_args(self) -> list[Arg]:
         """Trim limits, the final record and its TTL, the job id and its status shard, the
-        result record and its TTL, the debounce flag, then the dead letter's field/value
-        pairs."""
+        result record and its TTL, the flags (``d`` debounced, ``s`` holds a slot), then
+        the dead letter's field/value pairs."""
         job_id = self.delivery.job_id
         args: list[Arg] = [
             *self.trim,
@@ -231,7 +234,7 @@ class Settlement:
             status_shard(job_id) if self.final else "",
             self.result,
             self.result_ttl_ms,
-            "1" if self.debounced else "",
+            ("d" if self.debounced else "") + ("s" if self.holds_slot else ""),
         ]
         for name, value in self.record.items():
             args += [name, value]

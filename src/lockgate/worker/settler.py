@@ -67,6 +67,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
         ),
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
         debounced=task is not None and task.debounce is not None,
+        holds_slot=task is not None and bool(task.key_concurrency),
     )  # fmt: skip
 
 

@@ -161,16 +161,24 @@ local function slot_free(prefix, slots, limit, group)
 end
 
 -- The first of a key's next jobs that may move now (its task has a slot free, or no
--- limit): its entry in the key's stream, payload, and slots key (nil: no limit), or nil.
+-- limit): its entry in the key's stream, payload, slots key (nil: no limit), and whether
+-- the lane has more jobs after it (nil: not known); or nil. A job of a task without a
+-- limit (nearly all) costs a read of the lane's first two entries; the lane's first
+-- SCAN are looked at only when its first job waits for a slot.
 local function movable(prefix, jobs, lane, group)
+  local head = redis.call('XRANGE', jobs, '-', '+', 'COUNT', 2)
+  if not head[1] then return nil end
+  local job = head[1][2][2]
+  local _, task = job_names(job)
+  if not task or limit_of(prefix, task) <= 0 then return head[1][1], job, nil, head[2] ~= nil end
   local key = lane_key(lane)
   for _, found in ipairs(redis.call('XRANGE', jobs, '-', '+', 'COUNT', FAIR_SCAN)) do
-    local job = found[2][2]
-    local _, task = job_names(job)
+    job = found[2][2]
+    _, task = job_names(job)
     local limit = task and limit_of(prefix, task) or 0
-    if limit <= 0 then return found[1], job, nil end
+    if limit <= 0 then return found[1], job, nil, nil end
     local slots = prefix .. ':slots/' .. #task .. ':' .. task .. ':' .. key
-    if slot_free(prefix, slots, limit, group) then return found[1], job, slots end
+    if slot_free(prefix, slots, limit, group) then return found[1], job, slots, nil end
   end
   return nil
 end
@@ -188,58 +196,63 @@ local function fair_take(stream, delivery, group, want, read_plain)
   -- Turns that give nothing count against the budget once per lane (a lane found at its
   -- limit stays so for the call), and not at all for '' once its stream is dry.
   local budget = want + math.min(turns, FAIR_IDLE_TURNS)
-  while moved + read < want and budget > 0 do
-    if nblocked >= lanes then  -- every lane waits for a slot: the rest from the stream
-      if not plain_dry then read = read + read_plain(want - moved - read) end
-      break
-    end
-    local lane = redis.call('ZRANGE', rotation, 0, 0)[1]
-    if not lane then break end
-    if lane == '' then
-      if not plain_dry then
-        budget = budget - 1
-        local got = read_plain(1)
-        read = read + got
-        plain_dry = got == 0
-      end
-      redis.call('ZADD', rotation, turn, '')
-      turn = turn + 1
-    elseif blocked[lane] then
-      redis.call('ZADD', rotation, turn, lane)
-      turn = turn + 1
-    else
-      budget = budget - 1
-      local jobs = rotation .. ':' .. lane
-      local first, job, slots = movable(prefix, jobs, lane, group)
-      if first then
-        redis.call('XDEL', jobs, first)
-        local entry = redis.call('XADD', delivery, '*', 'job', job)
-        local id = job_names(job)
-        if id then redis.call('SET', prefix .. ':job:' .. id, entry .. ' ' .. place) end
-        if slots then
-          taken_here[level_place .. ' ' .. entry] = true
-          redis.call('ZADD', slots, now_ms(), level_place .. ' ' .. entry)
-          redis.call('HSET', prefix .. ':fair-holds:' .. level_place, entry, slots)
+  -- Rounds: the next lanes in turn order, one ZRANGE, each given its turn, then their
+  -- next turns (after every lane now in the rotation) in one ZADD and the emptied lanes
+  -- dropped in one ZREM: the order of the turns is the one a ZRANGE per turn would give.
+  while moved + read < want and budget > 0 and nblocked < lanes do
+    local round = redis.call('ZRANGE', rotation, 0, want - moved - read - 1)
+    if #round == 0 then break end
+    local rescored, dropped = {}, {}
+    for _, lane in ipairs(round) do
+      if moved + read >= want or budget <= 0 or nblocked >= lanes then break end
+      local stays = true
+      if lane == '' then
+        if not plain_dry then
+          budget = budget - 1
+          local got = read_plain(1)
+          read = read + got
+          plain_dry = got == 0
         end
-        moved = moved + 1
-      end
-      if redis.call('XLEN', jobs) > 0 then
-        if not first then
+      elseif not blocked[lane] then
+        budget = budget - 1
+        local jobs = rotation .. ':' .. lane
+        local first, job, slots, more = movable(prefix, jobs, lane, group)
+        if first then
+          redis.call('XDEL', jobs, first)
+          local entry = redis.call('XADD', delivery, '*', 'job', job)
+          local id = job_names(job)
+          if id then redis.call('SET', prefix .. ':job:' .. id, entry .. ' ' .. place) end
+          if slots then
+            taken_here[level_place .. ' ' .. entry] = true
+            redis.call('ZADD', slots, now_ms(), level_place .. ' ' .. entry)
+            redis.call('HSET', prefix .. ':fair-holds:' .. level_place, entry, slots)
+          end
+          moved = moved + 1
+        end
+        if more == nil then more = redis.call('XLEN', jobs) > 0 end
+        if not more then
+          stays = false
+          redis.call('DEL', jobs)
+          dropped[#dropped + 1] = lane
+          lanes = lanes - 1
+        elseif not first then
           blocked[lane] = true
           nblocked = nblocked + 1
         end
-        redis.call('ZADD', rotation, turn, lane)
+      end
+      if stays then
+        rescored[#rescored + 1] = turn
+        rescored[#rescored + 1] = lane
         turn = turn + 1
-      else
-        redis.call('DEL', jobs)
-        redis.call('ZREM', rotation, lane)
-        lanes = lanes - 1
       end
     end
+    if #rescored > 0 then redis.call('ZADD', rotation, unpack(rescored)) end
+    if #dropped > 0 then redis.call('ZREM', rotation, unpack(dropped)) end
   end
-  -- Out of budget (more lanes at their limit than a call looks at): the level's stream
-  -- still serves, so that no worker idles while its jobs wait.
-  if budget <= 0 and moved + read < want and not plain_dry then
+  -- Every lane waits for a slot, or out of budget (more lanes at their limit than a call
+  -- looks at): the level's stream still serves, so that no worker idles while its jobs
+  -- wait.
+  if moved + read < want and not plain_dry and (nblocked >= lanes or budget <= 0) then
     read = read + read_plain(want - moved - read)
   end
   if redis.call('ZCARD', rotation) == 1 then redis.call('DEL', rotation) end

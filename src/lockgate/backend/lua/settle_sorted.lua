@@ -15,7 +15,7 @@
 --       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
 --       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
 --       record ('' for none), [20] its TTL ms, [21] unused
---       (settle_stream's debounce flag), [22..] dead: field/value pairs
+--       (settle_stream's flags), [22..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;

@@ -13,7 +13,8 @@
 --       limit), [14] dead letters' max age ms (0: no limit), [15] done and dead: the
 --       final record ('' for none), [16] its TTL ms, [17] the job id, [18] its status
 --       shard (Keys.status_shard), [19] the result record ('' for none), [20] its TTL
---       ms, [21] '1' for a job of a debounced task ('' for others), [22..] dead: the dead letter's field/value pairs
+--       ms, [21] flags: 'd' a job of a debounced task (see _debounce.lua),
+--       's' a job of a task with a key_concurrency, whose slot goes back ('' for others), [22..] dead: the dead letter's field/value pairs
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
 --          entry; done: DEL marker, the final record kept (see _status.lua), the
 --          result record SET; retry: ZADD delayed (due at the server's clock + delay),
@@ -46,7 +47,8 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   -- A keyed job's slot goes back, and idle workers look for the jobs it held back.
-  if string.byte(stream, -1) == 43 and fair_release(stream, id) then  -- 43: '+'
+  local flags = ARGV[21]
+  if string.find(flags, 's', 1, true) and fair_release(stream, id) then
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'slot', '1')
   end
   if kind == 'retry' then
@@ -58,7 +60,7 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 22) end
     mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
-    if ARGV[21] == '1' then debounce_next(marker, ARGV[17], wake) end
+    if string.find(flags, 'd', 1, true) then debounce_next(marker, ARGV[17], wake) end
   end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
