@@ -286,22 +286,24 @@ def test_key_concurrency_holds_while_workers_are_killed_every_few_seconds(
         assert proc.exited(30), proc.tail()
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 def test_a_debounced_jobs_next_run_survives_the_kill_of_its_worker(
     make_app: Callable[..., App],
     namespace: str,
     rclient: redis.Redis,
     spawn_worker: Callable[..., Proc],
+    backend: str,
 ) -> None:
-    """Streams, ``debounce``: enqueues while a run goes queue one more run; SIGKILL the
+    """``debounce``: enqueues while a run goes queue one more run; SIGKILL the
     worker running it: another worker reruns the job, and its ending queues the next run,
     once, with the last arguments."""
-    app = make_app()
+    app = make_app(backend=backend)
 
     @app.task(debounce=0.05)
     def debounced(n: int) -> None: ...
 
     assert debounced.enqueue(0, job_id="d").created
-    first = spawn_worker("streams", visibility=1.0)
+    first = spawn_worker(backend, visibility=1.0)
     wait_until_sync(
         lambda: rclient.exists(record_key(namespace, "started:d")) or first.popen.poll(),
         message="the first worker started the job",
@@ -310,7 +312,7 @@ def test_a_debounced_jobs_next_run_survives_the_kill_of_its_worker(
     assert [debounced.enqueue(n, job_id="d").created for n in (1, 2)] == [True, False]
     first.popen.send_signal(signal.SIGKILL)
     assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
-    second = spawn_worker("streams", visibility=1.0)
+    second = spawn_worker(backend, visibility=1.0)
     completed = record_key(namespace, "completed")
     wait_until_sync(lambda: rclient.llen(completed) >= 2 or second.popen.poll() is not None,
                     timeout=60, message="the job and its next run ended")  # fmt: skip

@@ -50,6 +50,16 @@ def build(url: str, namespace: str, backend: str) -> App:
         results.hincrby(record_key(namespace, "runs"), job_id, 1)
         results.sadd(record_key(namespace, "done"), job_id)
 
+    @app.task(debounce=0.05)
+    def debounced(n: int) -> None:
+        """The job's first run says it started and blocks until killed; each later
+        run records its argument."""
+        job_id = current_job().job_id
+        if results.incr(record_key(namespace, f"runs:{job_id}")) == 1:
+            results.set(record_key(namespace, f"started:{job_id}"), os.getpid())
+            threading.Event().wait()
+        results.rpush(record_key(namespace, "completed"), n)
+
     if backend == "streams":
 
         @app.task(key_by="tenant", key_concurrency=2)
@@ -62,16 +72,6 @@ def build(url: str, namespace: str, backend: str) -> App:
             time.sleep(ms / 1000)
             results.rpush(ledger, f"end {tenant} {job_id} {time.time()} {pid}")
             results.hincrby(record_key(namespace, "runs"), job_id, 1)
-
-        @app.task(debounce=0.05)
-        def debounced(n: int) -> None:
-            """The job's first run says it started and blocks until killed; each later
-            run records its argument."""
-            job_id = current_job().job_id
-            if results.incr(record_key(namespace, f"runs:{job_id}")) == 1:
-                results.set(record_key(namespace, f"started:{job_id}"), os.getpid())
-                threading.Event().wait()
-            results.rpush(record_key(namespace, "completed"), n)
 
     return app
 

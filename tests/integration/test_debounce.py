@@ -1,4 +1,4 @@
-"""Debounce (``@app.task(debounce=..., debounce_max=...)``) on the streams backend: an
+"""Debounce (``@app.task(debounce=..., debounce_max=...)``) on both backends: an
 enqueue with the id of a job that still waits takes its place (new arguments, start pushed
 back, never past ``debounce_max`` after the first); one while the job runs queues one more
 run after it. Each enqueue is one script call.
@@ -22,13 +22,14 @@ from lockgate.backend.keys import GROUP, Keys
 from lockgate.backend.lua import ScriptCall, SyncScripts
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_ten_enqueues_run_once_with_the_last_arguments(
-    make_app: Callable[..., App],
+    make_app: Callable[..., App], backend: str
 ) -> None:
     """The issue's case: one id enqueued 10 times 100 ms apart (debounce 0.5 s) runs once,
     with the 10th enqueue's arguments; the first enqueue created the job, the others
     merged into it."""
-    app = make_app()
+    app = make_app(backend=backend)
     runs: list[int] = []
 
     @app.task(debounce=0.5)
@@ -49,10 +50,13 @@ async def test_ten_enqueues_run_once_with_the_last_arguments(
     assert worker.processed == 1
 
 
-async def test_debounce_max_bounds_the_push_back(make_app: Callable[..., App]) -> None:
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_debounce_max_bounds_the_push_back(
+    make_app: Callable[..., App], backend: str
+) -> None:
     """Enqueues that keep coming every 50 ms push the start back by 0.4 s each time, but
     it never moves past 0.8 s after the first: the job runs while they still come."""
-    app = make_app()
+    app = make_app(backend=backend)
     runs: list[int] = []
 
     @app.task(debounce=timedelta(seconds=0.4), debounce_max=0.8)
@@ -73,12 +77,13 @@ async def test_debounce_max_bounds_the_push_back(make_app: Callable[..., App]) -
     assert sent < 200  # the cap held it to about 0.8 s of enqueues, not 30 s
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_an_enqueue_while_it_runs_queues_one_more_run(
-    make_app: Callable[..., App],
+    make_app: Callable[..., App], backend: str
 ) -> None:
     """While a run is going, enqueues of its id queue exactly one more run, with the last
     of their arguments, which starts after the first run ended."""
-    app = make_app()
+    app = make_app(backend=backend)
     runs: list[int] = []
     ends: list[int] = []
     release = asyncio.Event()
@@ -107,8 +112,8 @@ async def test_an_enqueue_while_it_runs_queues_one_more_run(
 async def test_a_job_that_fell_due_is_still_replaced(
     make_app: Callable[..., App], keys: Keys, scripts: SyncScripts, keyed: bool
 ) -> None:
-    """A debounced job that fell due and was moved into its stream (or, keyed, its
-    fairness lane) but not handed out still waits: an enqueue takes it out of there and
+    """Streams: a debounced job that fell due and was moved into its stream (or, keyed,
+    its fairness lane) but not handed out still waits: an enqueue takes it out of there and
     delays the new arguments."""
     app = make_app()
     runs: list[int] = []
@@ -161,12 +166,4 @@ def test_bad_debounce_options(
     with pytest.raises(ConfigError, match=message):
 
         @app.task(**options)  # type: ignore[misc]
-        def notify(user: str) -> None: ...
-
-
-def test_debounce_on_the_sorted_backend_is_refused(make_app: Callable[..., App]) -> None:
-    app = make_app(backend="sorted")
-    with pytest.raises(ConfigError, match="debounce works on the streams backend"):
-
-        @app.task(debounce=1)
         def notify(user: str) -> None: ...

@@ -211,11 +211,6 @@ class App:
                 f"task {registered.name!r}: key_concurrency works on the streams backend "
                 f"so far (this App: backend {self.backend!r})"
             )
-        if settings.debounce is not None and self.backend != "streams":
-            raise ConfigError(
-                f"task {registered.name!r}: debounce works on the streams backend so far "
-                f"(this App: backend {self.backend!r})"
-            )
         if registered.name in self.tasks:
             raise ConfigError(f"a task named {registered.name!r} is already registered")
         self.tasks[registered.name] = registered

@@ -270,6 +270,16 @@ class Outgoing:
     debounce: tuple[int, int] | None = None
 
 
+def delay_arg(outgoing: Outgoing, group: str) -> bytes | int:
+    """The enqueue scripts' delay of a job: ms, or for a debounced job
+    ``'<wait ms> <cap ms>'``, followed on the streams backend by `` <group>`` (see
+    ``lua/_debounce.lua``)."""
+    if outgoing.debounce is None:
+        return outgoing.delay_ms
+    wait, cap = outgoing.debounce
+    return f"{max(wait, outgoing.delay_ms)} {cap} {group}".rstrip().encode()
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueuePlan:
     """Script calls that enqueue jobs, which jobs (by position) each call carries, and

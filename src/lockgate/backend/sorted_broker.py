@@ -34,6 +34,7 @@ from lockgate.backend.broker import (
     batches,
     by_source,
     decode_job,
+    delay_arg,
     delayed_job,
     purged,
     read_claim_args,
@@ -123,7 +124,7 @@ class SortedBroker:
                     marker = self._keys.job(job.id)
                     script_keys += [marker, outgoing.once_key or marker]
                     args += [
-                        job.id, self.boost(job.level), outgoing.data, outgoing.delay_ms,
+                        job.id, self.boost(job.level), outgoing.data, delay_arg(outgoing, ""),
                         outgoing.once_ttl_ms,
                     ]  # fmt: skip
                 calls.append(ScriptCall("enqueue_sorted", script_keys, args))

@@ -22,6 +22,7 @@ from lockgate.backend.broker import (
     ReadClaims,
     batches,
     decode_job,
+    delay_arg,
     delayed_job,
     purged,
     soonest,
@@ -166,18 +167,9 @@ def _enqueue_call(keys: Keys, jobs: Sequence[Outgoing]) -> ScriptCall:
             lane = fair_lane(job.key, outgoing.limited)
             place = (keys.fair_jobs(job.queue, job.level, lane), place[1])
         script_keys += [marker, *place, outgoing.once_key or marker]
-        args += [outgoing.data, _delay_arg(outgoing), outgoing.once_ttl_ms]
+        args += [outgoing.data, delay_arg(outgoing, GROUP), outgoing.once_ttl_ms]
     script_keys.append(keys.wake())
     return ScriptCall("enqueue_stream", script_keys, args)
-
-
-def _delay_arg(outgoing: Outgoing) -> bytes | int:
-    """The enqueue script's delay of a job: ms, or for a debounced job
-    ``'<wait ms> <cap ms> <group>'`` (see ``lua/_debounce.lua``)."""
-    if outgoing.debounce is None:
-        return outgoing.delay_ms
-    wait, cap = outgoing.debounce
-    return f"{max(wait, outgoing.delay_ms)} {cap} {GROUP}".encode()
 
 
 def merge_stats(rows: Sequence[LevelStats]) -> LevelStats:

@@ -121,7 +121,7 @@ class TaskSettings:
     and an enqueue with the id of one still waiting replaces its arguments and pushes its
     start back to this long after itself (the job runs once, with the last arguments; the
     enqueue returns ``created=False``); an enqueue while the job runs queues one more run
-    after it. Every enqueue needs a ``job_id``. Streams backend. None: no debounce."""
+    after it. Every enqueue needs a ``job_id``. None: no debounce."""
     debounce_max: float | timedelta | None = None
     """With ``debounce``: a debounced job starts at most this long after the first
     enqueue it merged, however often it is pushed back. None: no bound."""

@@ -14,8 +14,8 @@
 --       level), [13] dead letters kept at most (0: no limit), [14] their max age ms (0: no
 --       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
 --       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
---       record ('' for none), [20] its TTL ms, [21] unused
---       (settle_stream's flags), [22..] dead: field/value pairs
+--       record ('' for none), [20] its TTL ms, [21] flags: 'd' a
+--       job of a debounced task (its next run, see _debounce.lua), [22..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;
@@ -30,6 +30,7 @@
 --#include _settle_claim
 --#include _dead_letter
 --#include _marker
+--#include _debounce
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
@@ -52,6 +53,10 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 22) end
     mark_end(KEYS[9], KEYS[11], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[10], ARGV[19], 'PX', ARGV[20]) end
+    if string.find(ARGV[21], 'd', 1, true) then
+      debounce_next_sorted(KEYS[9], id, {payloads = KEYS[2], ranks = KEYS[3], delayed = KEYS[6]},
+        KEYS[8])
+    end
   end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
