@@ -24,10 +24,13 @@ from lockgate.ops.inspect import queue_stats, stats_report
 from lockgate.ops.queues import purge
 
 
-async def test_a_flooding_key_does_not_starve_the_others(make_app: Callable[..., App]) -> None:
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_a_flooding_key_does_not_starve_the_others(
+    make_app: Callable[..., App], backend: str
+) -> None:
     """One key's 3,000 jobs queued first, then 4 keys' 20 each: the 80 start within the
     first few rounds, not after the flood (unkeyed: they would start last)."""
-    app = make_app()
+    app = make_app(backend=backend)
     started: list[str] = []
 
     @app.task(priority="low", key_by="tenant")
@@ -426,3 +429,40 @@ async def test_key_concurrency_with_partitions(make_app: Callable[..., App]) -> 
         await wait_until(lambda: worker.processed == 48, timeout=30)
     assert {t: len(s) for t, s in spans.items()} == dict.fromkeys("abcd", 12)
     assert max(most_at_once(s) for s in spans.values()) == 2
+
+
+async def test_sorted_backend_lanes_count_cancel_purge_and_delay(
+    make_app: Callable[..., App],
+) -> None:
+    """Sorted backend: a key's jobs behind its head are counted as waiting, report
+    "waiting", can be cancelled (the head too: the next one takes its place), come back
+    through the lane when delayed, and go with a purge; nothing is left behind."""
+    app = make_app(backend="sorted")
+    started: list[str] = []
+
+    @app.task(priority="low", key_by="tenant")
+    async def report(tenant: str, n: int) -> None:
+        started.append(f"{tenant}{n}")
+
+    sent = app.enqueue_many([report.message("big", n) for n in range(10)])
+    app.enqueue_many([report.message("small", n, delay=0.05) for n in range(3)])
+    assert (await queue_stats(app)).levels[0].waiting == 10
+    assert app.job(sent[5].job_id).status == "waiting"
+    assert app.cancel(sent[0].job_id)  # the head: big1 takes its place
+    assert app.cancel(sent[5].job_id)  # in the lane
+    assert (await queue_stats(app)).levels[0].waiting == 8
+    await asyncio.sleep(0.1)  # the scenario's delay: the small ones fall due
+    worker = worker_for(app, concurrency=1)
+    async with running(worker):
+        await wait_until(lambda: len(started) == 11, timeout=30)
+    big = [name for name in started if name.startswith("big")]
+    assert big == [f"big{n}" for n in range(1, 10) if n != 5]
+    small = [i for i, name in enumerate(started) if name.startswith("small")]
+    assert small and max(small) < 8, started  # they took turns with big's next jobs
+    again = app.enqueue_many([report.message(t, n) for t in "xy" for n in range(40)])
+    assert await purge(app, "default") == 80
+    assert (await queue_stats(app)).levels[0].waiting == 0
+    assert all(app.job(r.job_id).status == "unknown" for r in again)
+    client = app.client()
+    assert not client.exists(app.keys.sorted_lane("default", "low", "x"))
+    assert int(client.hget(app.keys.sorted_heads("default"), "") or 0) == 0

@@ -345,6 +345,17 @@ class Keys:
         """Sorted backend: last enqueue stamp (us), so stamps strictly increase (FIFO)."""
         return f"{self.prefix}:sorted:{queue}:clock"
 
+    def sorted_lane(self, queue: str, level: str, key: str) -> str:
+        """Sorted backend: the ids of a fairness key's jobs of one level waiting behind
+        its head (the one in waiting), scored by enqueue stamp (us); see
+        ``lua/_fair_sorted.lua``."""
+        return f"{self.prefix}:sorted-lane:{queue}:{level}:{key}"
+
+    def sorted_heads(self, queue: str) -> str:
+        """Sorted backend: hash of '<level> <key>' -> the id of the key's job in waiting,
+        and '' -> how many jobs wait in lanes (``lua/_fair_sorted.lua``)."""
+        return f"{self.prefix}:sorted:{queue}:heads"
+
     def sorted_delayed(self, queue: str) -> str:
         """Sorted backend: job ids waiting for a due time, scored by due ms (server clock)."""
         return f"{self.prefix}:sorted:{queue}:delayed"

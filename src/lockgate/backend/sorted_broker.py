@@ -159,14 +159,18 @@ class SortedBroker:
             )  # fmt: skip
             fresh = [(text(member), rank) for member, rank in page if text(member) not in seen]
             if fresh:
-                async with client.pipeline(transaction=False) as pipe:
-                    for job_id, _ in fresh:
-                        pipe.hget(q.payloads, job_id)
-                    payloads: list[Any] = await pipe.execute()
+                jobs = await self._payloads(client, q, [job_id for job_id, _ in fresh])
+                # A key's jobs behind its head first (lua/_fair_sorted.lua): the head's
+                # place then goes to a job the purge keeps, or to none.
+                for job in jobs:
+                    if job is not None and job.key:
+                        lane = self._keys.sorted_lane(queue, job.level, job.key)
+                        deleted += await self._purge_lane(client, scripts, q, lane, task,
+                                                          kept_levels, chunk)  # fmt: skip
                 picked = [
                     job_id
-                    for (job_id, _), data in zip(fresh, payloads, strict=True)
-                    if purged(decode_job(data), task, kept_levels)
+                    for (job_id, _), job in zip(fresh, jobs, strict=True)
+                    if purged(job, task, kept_levels)
                 ]
                 deleted += await self._purge(scripts, q, picked, chunk)
                 top = fresh[-1][1]
@@ -174,6 +178,37 @@ class SortedBroker:
                 low = top
             if len(page) < want:
                 return deleted
+
+    async def _purge_lane(
+        self,
+        client: AsyncClient,
+        scripts: AsyncScripts,
+        q: SortedKeys,
+        lane: str,
+        task: str | None,
+        levels: Sequence[str] | None,
+        chunk: int,
+    ) -> int:
+        """Purge the jobs of one key's lane that the purge takes (see purge_waiting)."""
+        deleted, start = 0, 0
+        while True:
+            members: list[Any] = await client.zrange(lane, start, start + chunk - 1)
+            if not members:
+                return deleted
+            ids = [text(member) for member in members]
+            jobs = await self._payloads(client, q, ids)
+            picked = [i for i, job in zip(ids, jobs, strict=True) if purged(job, task, levels)]
+            removed = await self._purge(scripts, q, picked, chunk)
+            deleted += removed
+            start += len(ids) - removed
+
+    async def _payloads(self, client: AsyncClient, q: SortedKeys, ids: list[str]) -> list[Any]:
+        """The decoded jobs of ``ids`` (None: gone or undecodable), by HGETs in one trip."""
+        async with client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(q.payloads, job_id)
+            payloads: list[Any] = await pipe.execute()
+        return [decode_job(data) for data in payloads]
 
     async def delayed(self, client: AsyncClient, queue: str, limit: int) -> list[DelayedJob]:
         # One delayed set per queue, holding ids whose jobs are in the queue's payloads.

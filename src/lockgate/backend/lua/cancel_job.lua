@@ -13,7 +13,7 @@
 --       job id, [7] its status shard (Keys.status_shard)
 -- Touches: XDEL of a waiting entry (a keyed one's key leaves the rotation with its last
 --          job), ZREM from a delayed set, or ZREM/HDEL from a sorted
---          queue's sets, DEL of the marker (the id is free again) and the final record
+--          queue's sets or its key's lane (see _fair_sorted.lua), DEL of the marker (the id is free again) and the final record
 --          kept (see _status.lua; this one is JSON); a running job's flag is SET with a
 --          TTL to the take it is for (its worker looks), so a late look never cancels a
 --          later run of the id.
@@ -22,6 +22,7 @@
 -- runs: unknown, ended, or a lockgate 0.2 marker).
 --#include _marker
 --#include _fair
+--#include _fair_sorted
 local group, placed, job_id = ARGV[1], ARGV[5], ARGV[6]
 if (redis.call('GET', KEYS[1]) or '') ~= placed then return 'moved' end
 if placed == '' then return 'gone' end
@@ -81,10 +82,12 @@ if string.match(placed, '^sorted ') then
   if redis.call('ZSCORE', KEYS[5], job_id) then
     return running(redis.call('HGET', KEYS[10], job_id) or '')
   end
-  if redis.call('ZREM', KEYS[8], job_id) + redis.call('ZREM', KEYS[6], job_id) == 0 then
+  local payload = redis.call('HGET', KEYS[4], job_id)
+  if redis.call('ZREM', KEYS[8], job_id) == 1 then
+    sorted_promote(KEYS[8], job_id, payload, now_us())  -- its key's next job waits now
+  elseif redis.call('ZREM', KEYS[6], job_id) == 0 and not sorted_unlane(KEYS[8], job_id, payload) then
     return 'gone'
   end
-  local payload = redis.call('HGET', KEYS[4], job_id)
   redis.call('HDEL', KEYS[4], job_id)
   redis.call('HDEL', KEYS[9], job_id)
   redis.call('HDEL', KEYS[7], job_id)

@@ -6,7 +6,8 @@
 --       delay in ms (0: now; a job of a debounced task: '<wait ms> <cap ms>', see
 --       _debounce.lua), the once-only key's TTL ms (0: none)
 -- Touches: markers (SET 'sorted <queue>', see _marker.lua), once-only keys (SET NX PX),
---          waiting or delayed (ZADD), payloads and ranks (HSET), clock (SET), wake (XADD
+--          waiting or delayed (ZADD; a keyed job whose key has a job waiting: its key's
+--          lane, see _fair_sorted.lua), payloads and ranks (HSET), clock (SET), wake (XADD
 --          MAXLEN 16: every idle worker blocks on it with XREAD, so one enqueue wakes them
 --          all, not one per call as a BLPOP list would).
 -- Stamps come from the server clock and strictly increase per queue, so jobs of one level
@@ -20,6 +21,7 @@
 --#include _clock
 --#include _marker
 --#include _debounce
+--#include _fair_sorted
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -47,7 +49,7 @@ for i = 7, #KEYS, 2 do
     local rank = string.format('%.0f', stamp + delay * 1000 - boost)
     if delay > 0 then
       redis.call('ZADD', KEYS[6], string.format('%.0f', now + delay), job_id)
-    else
+    elseif not sorted_place(KEYS[1], job_id, rank, stamp, payload) then
       redis.call('ZADD', KEYS[1], rank, job_id)
     end
     redis.call('HSET', KEYS[2], job_id, payload)

@@ -9,7 +9,9 @@
 --       runs or settles (their heartbeats lapsed, e.g. Redis was unreachable): their
 --       expired leases are left for the worker's next heartbeat, never handed out again;
 --       then the job claims to take (see _read_claim.lua)
--- Touches: moves due delayed jobs to waiting, and jobs whose lease expired and whose worker
+-- Touches: moves due delayed jobs to waiting (a keyed one to its key's lane when the key
+--          has a job waiting; a taken key's head is replaced by its next, see
+--          _fair_sorted.lua), and jobs whose lease expired and whose worker
 --          is known dead (see _liveness.lua) from inflight back to waiting, both at their
 --          stored rank; an expired lease of a worker that is alive, or whose death is not
 --          known yet (Redis was away), is extended on its behalf until it can be judged
@@ -34,6 +36,7 @@
 --#include _read_claim
 --#include _marker
 --#include _liveness
+--#include _fair_sorted
 local limit, lease, consumer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local quiet, gap, all = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
 if redis.call('ZSCORE', KEYS[9], queue_of(KEYS[1])) then limit = 0 end
@@ -52,7 +55,19 @@ local function requeue(from, ids)
     end
   end
 end
-requeue(KEYS[5], redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000))
+-- Due delayed jobs go back at their stored rank, a keyed one to its key's lane when its
+-- key has a job waiting (its lane score: its due time, so that the score less its rank
+-- is its level's boost, within a millisecond; see _fair_sorted.lua).
+local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
+for i = 1, #due, 2 do
+  local id = due[i]
+  local rank = redis.call('HGET', KEYS[4], id)
+  if rank and not sorted_place(KEYS[1], id, rank, tonumber(due[i + 1]) * 1000,
+      redis.call('HGET', KEYS[3], id)) then
+    redis.call('ZADD', KEYS[1], rank, id)
+  end
+  redis.call('ZREM', KEYS[5], id)
+end
 local deadline = string.format('%.0f', now + lease)
 local expired, fate = {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
@@ -70,6 +85,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0
 end
 requeue(KEYS[2], expired)
 local taken = {}
+local promoted = stamp  -- the rank stamp of a key's next job made its head (_fair_sorted.lua)
 for _ = 1, limit do
   local popped = redis.call('ZPOPMIN', KEYS[1])
   if #popped == 0 then break end
@@ -79,6 +95,7 @@ for _ = 1, limit do
   local owner = consumer .. ':' .. count .. ':' .. string.format('%.0f', stamp)
   redis.call('HSET', KEYS[7], id, owner)
   local payload = redis.call('HGET', KEYS[3], id)
+  promoted = sorted_promote(KEYS[1], id, payload, promoted)
   local state, ms = claim_job(claims, id, payload)
   taken[#taken + 1] = id
   taken[#taken + 1] = payload
