@@ -466,3 +466,29 @@ async def test_sorted_backend_lanes_count_cancel_purge_and_delay(
     client = app.client()
     assert not client.exists(app.keys.sorted_lane("default", "low", "x"))
     assert int(client.hget(app.keys.sorted_heads("default"), "") or 0) == 0
+
+
+async def test_sorted_backend_stats_show_the_busiest_keys(make_app: Callable[..., App]) -> None:
+    """Sorted backend: the busiest keys from the heads in the ranked set, the jobs behind
+    them in their lanes, and the jobs in flight per task."""
+    app = make_app(backend="sorted")
+    release = asyncio.Event()
+    running_now: list[str] = []
+
+    @app.task(priority="low", key_by="tenant")
+    async def export(tenant: str, n: int) -> None:
+        running_now.append(tenant)
+        await release.wait()
+
+    app.enqueue_many([export.message("big", n) for n in range(20)])
+    app.enqueue_many([export.message("small", n) for n in range(3)])
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        await wait_until(lambda: len(running_now) == 2)
+        report = await stats_report(app)
+        release.set()
+        await wait_until(lambda: worker.processed == 23, timeout=30)
+    rows = {row.key: (row.waiting, row.running) for row in report.keys}
+    assert rows == {"big": (19, {export.name: 1}), "small": (2, {export.name: 1})}
+    assert [row.key for row in report.keys] == ["big", "small"]
+    assert (await stats_report(app)).keys == []

@@ -13,7 +13,7 @@ Each take records an owner token; only that take may settle or extend the job.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +24,7 @@ from lockgate.backend.broker import (
     DelayedJob,
     Delivery,
     EnqueuePlan,
+    KeyStats,
     LevelStats,
     Liveness,
     Outgoing,
@@ -201,6 +202,37 @@ class SortedBroker:
             removed = await self._purge(scripts, q, picked, chunk)
             deleted += removed
             start += len(ids) - removed
+
+    async def busiest_keys(
+        self, client: AsyncClient, queues: Sequence[str], most: int
+    ) -> list[KeyStats]:
+        """Per queue, the fairness keys of its first ``most`` + 1 jobs waiting (each key's
+        head, see ``lua/_fair_sorted.lua``: its lane's jobs wait behind it) and of its
+        jobs in flight (at most 10,000), with their counts; no limits (the sorted backend
+        has no ``key_concurrency``)."""
+        rows: list[KeyStats] = []
+        for queue in queues:
+            q = self._keys.sorted_keys(queue)
+            first: list[Any] = await client.zrange(q.waiting, 0, most)
+            flying: list[Any] = await client.zrange(q.inflight, 0, 9_999)
+            waiting, running = [text(m) for m in first], [text(m) for m in flying]
+            jobs = await self._payloads(client, q, waiting + running)
+            heads = sorted({(j.level, j.key) for j in jobs[: len(waiting)] if j and j.key})
+            tasks: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+            for job in jobs[len(waiting) :]:
+                if job is not None and job.key:
+                    tasks[job.level, job.key][job.task] += 1
+            async with client.pipeline(transaction=False) as pipe:
+                for level, key in heads:
+                    pipe.zcard(self._keys.sorted_lane(queue, level, key))
+                behind: list[Any] = await pipe.execute()
+            counts = {head: 1 + int(n) for head, n in zip(heads, behind, strict=True)}
+            for level, key in sorted(set(counts) | set(tasks)):
+                running_of = dict(tasks.get((level, key), {}))
+                rows.append(
+                    KeyStats(queue, level, key, counts.get((level, key), 0), running_of, {})
+                )
+        return rows
 
     async def _payloads(self, client: AsyncClient, q: SortedKeys, ids: list[str]) -> list[Any]:
         """The decoded jobs of ``ids`` (None: gone or undecodable), by HGETs in one trip."""

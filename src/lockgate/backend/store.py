@@ -371,15 +371,18 @@ class Store:
         self, queues: Sequence[str], top: int, limits: Mapping[str, int]
     ) -> list[KeyStats]:
         """The ``top`` fairness keys with the most jobs waiting and running, busiest first
-        (streams backend; none on the sorted backend), with the ``limits`` (task name ->
-        ``key_concurrency``) of their tasks running. Reads at most 1,000 keys and 10,000
-        running jobs per queue and level.
+        with the ``limits`` (task name -> ``key_concurrency``) of their tasks running.
+        Reads at most 1,000 keys and 10,000 running jobs per queue and level (on the
+        sorted backend, the keys of the first 1,000 jobs waiting in each queue).
 
         Raises:
             ConnectionFailed: Redis cannot be reached.
         """
-        if self.broker.ranked:
-            return []
+        if isinstance(self.broker, SortedBroker):
+            client, _ = await self.async_connection()
+            with translated(self.url):
+                rows = await self.broker.busiest_keys(client, queues, 999)
+            return sorted(rows, key=lambda row: -row.busy)[:top]
         places = [f"{queue}:{level}" for queue in queues for level in self._levels.names]
         calls = [
             ScriptCall(

@@ -118,8 +118,7 @@ class StatsReport:
 
 async def busiest_keys(app: App, top: int = BUSIEST_KEYS) -> list[KeyStats]:
     """The ``top`` fairness keys of ``app``'s queues with the most jobs waiting and
-    running, busiest first, with the ``key_concurrency`` of their tasks running (streams
-    backend; none on the sorted backend).
+    running, busiest first, with the ``key_concurrency`` of their tasks running.
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
