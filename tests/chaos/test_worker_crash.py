@@ -178,29 +178,31 @@ def test_graceful_shutdown_loses_nothing(
     assert worker.popen.returncode == 0, first_log
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 def test_slots_of_a_killed_worker_come_back_and_the_limit_holds(
     make_app: Callable[..., App],
     namespace: str,
     rclient: redis.Redis,
     spawn_worker: Callable[..., Proc],
+    backend: str,
 ) -> None:
-    """Streams, ``key_concurrency=2``: SIGKILL a worker while it holds slots of three keys;
+    """``key_concurrency=2``: SIGKILL a worker while it holds slots of three keys;
     another worker reclaims its jobs with their slots and runs everything once to the
     end; a ledger of runs (the killed ones ending at the kill) never has more than 2 of
     a key at once, and no slot is left held."""
-    app = make_app()
+    app = make_app(backend=backend)
 
     @app.task(key_by="tenant", key_concurrency=2)
     def limited(tenant: str, ms: int) -> None: ...
 
     sent = app.enqueue_many([limited.message(t, 150) for t in "abc" for _ in range(12)])
     ledger = record_key(namespace, "ledger")
-    first = spawn_worker("streams", concurrency=8, visibility=1.0)
+    first = spawn_worker(backend, concurrency=8, visibility=1.0)
     wait_until_sync(lambda: rclient.llen(ledger) >= 10, message="the first worker is busy")
     first.popen.send_signal(signal.SIGKILL)
     killed_at = time.time()
     assert first.exited(30) and first.popen.returncode == -signal.SIGKILL
-    second = spawn_worker("streams", concurrency=8, visibility=1.0)
+    second = spawn_worker(backend, concurrency=8, visibility=1.0)
     runs = record_key(namespace, "runs")
     wait_until_sync(lambda: rclient.hlen(runs) == 36 or second.popen.poll() is not None,
                     timeout=60, message="every job ran to its end")  # fmt: skip
@@ -210,6 +212,7 @@ def test_slots_of_a_killed_worker_come_back_and_the_limit_holds(
         wait_until_sync(lambda t=tenant: rclient.zcard(app.keys.fair_slots(limited.name, t)) == 0,
                         message="no slot left held")  # fmt: skip
     assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
+    assert rclient.zcard(app.keys.sorted_parked_sets("default")) == 0
     second.popen.send_signal(signal.SIGTERM)
     assert second.exited(30), second.tail()
 
@@ -249,23 +252,25 @@ def check_ledger(
     return cut
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 def test_key_concurrency_holds_while_workers_are_killed_every_few_seconds(
     make_app: Callable[..., App],
     namespace: str,
     rclient: redis.Redis,
     spawn_worker: Callable[..., Proc],
+    backend: str,
 ) -> None:
-    """Streams, ``key_concurrency=2``: two workers run 135 jobs of three keys while one of
+    """``key_concurrency=2``: two workers run 135 jobs of three keys while one of
     them is SIGKILLed every 1.5 s and replaced (five kills); every job ends, the ledger
     never has more than 2 of a key at once, and no slot or hold is left."""
-    app = make_app()
+    app = make_app(backend=backend)
 
     @app.task(key_by="tenant", key_concurrency=2)
     def limited(tenant: str, ms: int) -> None: ...
 
     sent = app.enqueue_many([limited.message(t, 400) for t in "abc" for _ in range(45)])
     runs = record_key(namespace, "runs")
-    workers = [spawn_worker("streams", concurrency=4, visibility=1.0) for _ in range(2)]
+    workers = [spawn_worker(backend, concurrency=4, visibility=1.0) for _ in range(2)]
     killed: dict[int, float] = {}
     for turn in range(5):
         time.sleep(1.5)  # the scenario's clock: a kill every 1.5 s, whatever the jobs do
@@ -274,13 +279,14 @@ def test_key_concurrency_holds_while_workers_are_killed_every_few_seconds(
         victim.popen.send_signal(signal.SIGKILL)
         killed[victim.popen.pid] = time.time()
         assert victim.exited(30)
-        workers[turn % 2] = spawn_worker("streams", concurrency=4, visibility=1.0)
+        workers[turn % 2] = spawn_worker(backend, concurrency=4, visibility=1.0)
     wait_until_sync(lambda: rclient.hlen(runs) == 135, timeout=90, message="every job ended")
     assert check_ledger(rclient, namespace, {r.job_id for r in sent}, killed) >= 3  # kills hit runs
     for tenant in "abc":
         wait_until_sync(lambda t=tenant: rclient.zcard(app.keys.fair_slots(limited.name, t)) == 0,
                         message="no slot left held")  # fmt: skip
     assert rclient.hlen(app.keys.fair_holds("default", "normal")) == 0
+    assert rclient.zcard(app.keys.sorted_parked_sets("default")) == 0
     for proc in workers:
         proc.popen.send_signal(signal.SIGTERM)
         assert proc.exited(30), proc.tail()

@@ -81,9 +81,10 @@ class Records:
 def spawn(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Callable[[], Proc]]:
     """Start ``zombie_app.py`` workers; any still running at teardown are resumed and killed."""
     procs: list[Proc] = []
-    env = dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
 
     def start() -> Proc:
+        # The environment as the test left it (LOCKGATE_TEST_BACKEND: the backend).
+        env = dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
         log = tmp_path / f"worker-{len(procs)}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
@@ -255,5 +256,50 @@ def test_a_zombie_gives_back_no_slot_that_the_worker_running_its_job_holds(
     wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
     wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
     assert rclient.hlen(holds) == 0
+    a.stop()
+    b.stop()
+
+
+def test_a_zombie_gives_back_no_sorted_slot_that_the_worker_running_its_job_holds(
+    make_app: Callable[..., App],
+    rclient: redis.Redis,
+    spawn: Callable[[], Proc],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sorted backend, ``key_concurrency=1``: A runs the key's first job and is stopped
+    past its lease; B takes the job over and its slot (the job's id). A, resumed, ends its
+    run: its settle is refused and gives back nothing, so the key's second job waits until
+    B's run ends."""
+    monkeypatch.setenv("LOCKGATE_TEST_BACKEND", "sorted")
+    app = make_app(backend="sorted")
+
+    @app.task(retries=0, key_by="tenant", key_concurrency=1)
+    def limited(tenant: str, tag: str) -> None: ...
+
+    records = Records(app, rclient)
+    key, started = records.key, records.started
+    slots = app.keys.fair_slots(limited.name, "acme")
+    assert limited.enqueue("acme", "first", job_id="first").created
+    assert limited.enqueue("acme", "second", job_id="second").created
+
+    a = spawn()
+    wait_until_sync(lambda: started() or not a.alive(), message="A started the first job")
+    assert a.alive(), a.tail()
+    assert rclient.zrange(slots, 0, -1) == [b"first"]
+    b, b_run = take_over(a, spawn, started)
+    assert rclient.zrange(slots, 0, -1) == [b"first"]  # the same slot, now B's run's
+    rclient.rpush(key(f"release:{a.popen.pid}"), "go")
+    wait_until_sync(lambda: "no longer" in a.text() or not a.alive(),
+                    timeout=15, message="A's settle refused")  # fmt: skip
+    assert rclient.zrange(slots, 0, -1) == [b"first"], "the zombie gave back B's slot"
+    assert len(started()) == 2  # the second job waits for the slot
+    rclient.rpush(key(f"release:{b_run}"), "go")
+    wait_until_sync(lambda: len(started()) == 3, message="the second job started")
+    events = [e.decode() for e in rclient.lrange(key("events"), 0, -1)]
+    assert events.index(f"finish first {b_run}") < events.index(f"start second {started()[2]}")
+    rclient.rpush(key(f"release:{started()[2]}"), "go")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
+    wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
+    assert rclient.zcard(app.keys.sorted_parked_sets("default")) == 0
     a.stop()
     b.stop()

@@ -60,18 +60,16 @@ def build(url: str, namespace: str, backend: str) -> App:
             threading.Event().wait()
         results.rpush(record_key(namespace, "completed"), n)
 
-    if backend == "streams":
-
-        @app.task(key_by="tenant", key_concurrency=2)
-        def limited(tenant: str, ms: int) -> None:
-            """Take ``ms`` milliseconds with a slot of ``tenant``; the ledger says when,
-            and in which worker."""
-            job_id = current_job().job_id
-            ledger, pid = record_key(namespace, "ledger"), worker
-            results.rpush(ledger, f"start {tenant} {job_id} {time.time()} {pid}")
-            time.sleep(ms / 1000)
-            results.rpush(ledger, f"end {tenant} {job_id} {time.time()} {pid}")
-            results.hincrby(record_key(namespace, "runs"), job_id, 1)
+    @app.task(key_by="tenant", key_concurrency=2)
+    def limited(tenant: str, ms: int) -> None:
+        """Take ``ms`` milliseconds with a slot of ``tenant``; the ledger says when,
+        and in which worker."""
+        job_id = current_job().job_id
+        ledger, pid = record_key(namespace, "ledger"), worker
+        results.rpush(ledger, f"start {tenant} {job_id} {time.time()} {pid}")
+        time.sleep(ms / 1000)
+        results.rpush(ledger, f"end {tenant} {job_id} {time.time()} {pid}")
+        results.hincrby(record_key(namespace, "runs"), job_id, 1)
 
     return app
 

@@ -1,6 +1,7 @@
 """The worker process of the zombie test: ``python zombie_app.py VISIBILITY_TIMEOUT``.
 
-``LOCKGATE_REDIS_URL`` picks the server and ``LOCKGATE_TEST_NAMESPACE`` the namespace.
+``LOCKGATE_REDIS_URL`` picks the server, ``LOCKGATE_TEST_NAMESPACE`` the namespace and
+``LOCKGATE_TEST_BACKEND`` the backend (streams unless it says sorted).
 The task records which process runs it under the namespace's ``test`` prefix (see
 :func:`record_key`) and waits until the test releases that process, so the test decides
 when each run ends; the namespace cleanup removes the records.
@@ -16,7 +17,10 @@ import sys
 
 from lockgate import App, Worker, WorkerConfig
 
-app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "zombie"))
+app = App(
+    namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "zombie"),
+    backend=os.environ.get("LOCKGATE_TEST_BACKEND", "streams"),  # type: ignore[arg-type]
+)
 
 
 def record_key(name: str) -> str:

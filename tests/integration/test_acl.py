@@ -151,8 +151,8 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
 
     limits: dict[str, Any] = {"key_concurrency": 1, "key_rate_limit": "100/s"}
 
-    @app.task(key_by="tenant", **(limits if backend == "streams" else {}))
-    async def keyed(tenant: str) -> None:  # fair shares, a slot, a limiter (streams)
+    @app.task(key_by="tenant", **limits)
+    async def keyed(tenant: str) -> None:  # fair shares, a slot, a limiter
         runs.record(current_job().job_id)
 
     @app.task(retries=2)
@@ -182,9 +182,7 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert keyed.enqueue("c", job_id="keyed-cancelled").created
         assert app.cancel("keyed-cancelled") and app.job("keyed-cancelled").key == "c"
         busiest = await app.store.busiest_keys(app.queues, 10, {})
-        assert [(row.key, row.waiting) for row in busiest] == (
-            [("a", 2), ("b", 1)] if backend == "streams" else []
-        )
+        assert [(row.key, row.waiting) for row in busiest] == [("a", 2), ("b", 1)]
         with app.idempotent(f"claim-{backend}"):  # a claim outside any job
             pass
         assert app.incr_once("orders", "request-1", 2) == (True, 2)

@@ -178,13 +178,14 @@ async def test_stats_count_keyed_jobs_and_purge_removes_them(make_app: Callable[
     assert again.created
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_key_concurrency_is_never_exceeded_and_holds_back_nothing_else(
-    make_app: Callable[..., App],
+    make_app: Callable[..., App], backend: str
 ) -> None:
     """Limit 2 per key, 16 slots in the worker: each key runs at most 2 at once (a ledger
     of start and end stamps), all of them run, and another task's jobs of the same key and
     the jobs of other keys are not held back by a key at its limit."""
-    app = make_app()
+    app = make_app(backend=backend)
     ledger: dict[str, list[tuple[float, float]]] = {}
     order: list[str] = []
 
@@ -214,18 +215,17 @@ async def test_key_concurrency_is_never_exceeded_and_holds_back_nothing_else(
     slots = [app.keys.fair_slots(call_partner.name, t) for t in "abc"]
     assert [await client.zcard(key) for key in slots] == [0, 0, 0]
     assert await client.hlen(app.keys.fair_holds("default", "low")) == 0
+    if backend == "sorted":  # no job left parked (lua/_fair_sorted.lua)
+        assert await client.zcard(app.keys.sorted_parked_sets("default")) == 0
+        assert int(await client.hget(app.keys.sorted_heads("default"), "") or 0) == 0
 
 
-def test_key_concurrency_needs_key_by_and_the_streams_backend(
-    make_app: Callable[..., App],
-) -> None:
+def test_key_concurrency_needs_key_by(make_app: Callable[..., App]) -> None:
     app = make_app()
     with pytest.raises(ConfigError, match="needs key_by"):
         app.task(key_concurrency=2)(lambda n: None)
     with pytest.raises(ConfigError, match="whole number >= 1"):
         app.task(key_by="n", key_concurrency=0)(lambda n: None)
-    with pytest.raises(ConfigError, match="streams backend"):
-        make_app(backend="sorted").task(key_by="n", key_concurrency=2)(lambda n: None)
 
 
 async def test_key_rate_limit_spaces_each_keys_starts_and_spends_no_attempt(
@@ -314,13 +314,14 @@ async def test_a_queue_named_fair_is_a_queue_like_any_other(make_app: Callable[.
     assert sorted(started) == ["a", "b"]
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_jobs_without_a_key_flow_while_every_key_waits_for_a_slot(
-    make_app: Callable[..., App],
+    make_app: Callable[..., App], backend: str
 ) -> None:
     """Forty keys at their limit of one (their jobs hold their slots until released), a
     second job of each waiting, and plain jobs of the same level: the plain jobs all run
     meanwhile, and the held-back ones run once the slots come back."""
-    app = make_app()
+    app = make_app(backend=backend)
     release = asyncio.Event()
     plain_done: list[int] = []
 
@@ -429,6 +430,42 @@ async def test_key_concurrency_with_partitions(make_app: Callable[..., App]) -> 
         await wait_until(lambda: worker.processed == 48, timeout=30)
     assert {t: len(s) for t, s in spans.items()} == dict.fromkeys("abcd", 12)
     assert max(most_at_once(s) for s in spans.values()) == 2
+
+
+async def test_sorted_backend_parked_jobs_are_counted_cancelled_and_purged(
+    make_app: Callable[..., App],
+) -> None:
+    """Sorted backend, ``key_concurrency=1``: a key's jobs taken while it is at its limit
+    are parked (counted as waiting, "waiting" to ``app.job``), a cancel takes one out, a
+    purge the rest; the running one's settle leaves nothing parked behind."""
+    app = make_app(backend="sorted")
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @app.task(priority="low", key_by="tenant", key_concurrency=1)
+    async def hold(tenant: str, n: int) -> None:
+        started.append(n)
+        await release.wait()
+
+    sent = app.enqueue_many([hold.message("acme", n) for n in range(6)])
+    client, _ = await app.async_connection()
+    parked = app.keys.sorted_parked("default", hold.name, "acme")
+    worker = worker_for(app, concurrency=4)
+    async with running(worker):
+        await wait_until(lambda: started == [0])
+        await wait_until(lambda: app.client().zcard(parked) >= 1)
+        assert (await queue_stats(app)).levels[0].waiting == 5
+        parked_id = next(r.job_id for r in sent if app.client().zscore(parked, r.job_id))
+        assert app.job(parked_id).status == "waiting"
+        assert app.cancel(parked_id)
+        assert await purge(app, "default") == 4
+        assert (await queue_stats(app)).levels[0].waiting == 0
+        release.set()
+        await wait_until(lambda: worker.processed == 1)
+    assert started == [0]
+    assert await client.zcard(parked) == 0
+    assert await client.zcard(app.keys.sorted_parked_sets("default")) == 0
+    assert await client.zcard(app.keys.fair_slots(hold.name, "acme")) == 0
 
 
 async def test_sorted_backend_lanes_count_cancel_purge_and_delay(

@@ -206,11 +206,6 @@ class App:
 
     def _register(self, func: Callable[..., Any], settings: TaskSettings) -> Task[Any, Any]:
         registered = Task(self, func, settings)
-        if settings.key_concurrency is not None and self.backend != "streams":
-            raise ConfigError(
-                f"task {registered.name!r}: key_concurrency works on the streams backend "
-                f"so far (this App: backend {self.backend!r})"
-            )
         if registered.name in self.tasks:
             raise ConfigError(f"a task named {registered.name!r} is already registered")
         self.tasks[registered.name] = registered

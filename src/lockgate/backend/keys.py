@@ -351,6 +351,16 @@ class Keys:
         ``lua/_fair_sorted.lua``."""
         return f"{self.prefix}:sorted-lane:{queue}:{level}:{key}"
 
+    def sorted_parked(self, queue: str, task: str, key: str) -> str:
+        """Sorted backend: the ids of one task's jobs of one key parked while the key is at
+        the task's ``key_concurrency`` (scored by rank; ``lua/_fair_sorted.lua``)."""
+        return f"{self.prefix}:{joined('sorted-parked', queue, task, key)}"
+
+    def sorted_parked_sets(self, queue: str) -> str:
+        """Sorted backend: the names of a queue's parked sets (:meth:`sorted_parked`) that
+        hold jobs, for the purge."""
+        return f"{self.prefix}:sorted:{queue}:parked"
+
     def sorted_heads(self, queue: str) -> str:
         """Sorted backend: hash of '<level> <key>' -> the id of the key's job in waiting,
         and '' -> how many jobs wait in lanes (``lua/_fair_sorted.lua``)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.typing import KeyT, StreamIdT
@@ -178,7 +178,14 @@ class SortedBroker:
                 seen = (seen if top == low else set()) | {i for i, rank in fresh if rank == top}
                 low = top
             if len(page) < want:
-                return deleted
+                break
+        # The jobs parked while their key was at their task's limit (lua/_fair_sorted.lua).
+        parked: list[Any] = await client.zrange(self._keys.sorted_parked_sets(queue), 0, -1)
+        for name in parked:
+            deleted += await self._purge_lane(
+                client, scripts, q, text(name), task, kept_levels, chunk
+            )
+        return deleted
 
     async def _purge_lane(
         self,
@@ -190,7 +197,8 @@ class SortedBroker:
         levels: Sequence[str] | None,
         chunk: int,
     ) -> int:
-        """Purge the jobs of one key's lane that the purge takes (see purge_waiting)."""
+        """Purge the jobs of one key's lane (or parked set) that the purge takes (see
+        purge_waiting)."""
         deleted, start = 0, 0
         while True:
             members: list[Any] = await client.zrange(lane, start, start + chunk - 1)
@@ -204,12 +212,12 @@ class SortedBroker:
             start += len(ids) - removed
 
     async def busiest_keys(
-        self, client: AsyncClient, queues: Sequence[str], most: int
+        self, client: AsyncClient, queues: Sequence[str], most: int, limits: Mapping[str, int]
     ) -> list[KeyStats]:
         """Per queue, the fairness keys of its first ``most`` + 1 jobs waiting (each key's
         head, see ``lua/_fair_sorted.lua``: its lane's jobs wait behind it) and of its
-        jobs in flight (at most 10,000), with their counts; no limits (the sorted backend
-        has no ``key_concurrency``)."""
+        jobs in flight (at most 10,000), with their counts and the ``limits`` of the tasks
+        running."""
         rows: list[KeyStats] = []
         for queue in queues:
             q = self._keys.sorted_keys(queue)

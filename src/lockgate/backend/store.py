@@ -189,7 +189,7 @@ class Store:
     async def declare_key_limits(self, client: AsyncClient, limits: Mapping[str, int]) -> None:
         """Write the ``key_concurrency`` of a worker's keyed tasks (0: none), where reads
         look them up (``Keys.fair_limits``): the worker started last decides."""
-        if not limits or self.broker.ranked:
+        if not limits:
             return
         fields: dict[Any, Any] = dict(limits)
         with translated(self.url):
@@ -381,7 +381,7 @@ class Store:
         if isinstance(self.broker, SortedBroker):
             client, _ = await self.async_connection()
             with translated(self.url):
-                rows = await self.broker.busiest_keys(client, queues, 999)
+                rows = await self.broker.busiest_keys(client, queues, 999, limits)
             return sorted(rows, key=lambda row: -row.busy)[:top]
         places = [f"{queue}:{level}" for queue in queues for level in self._levels.names]
         calls = [

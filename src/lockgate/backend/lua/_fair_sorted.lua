@@ -28,7 +28,25 @@
 --   `stamp` less its boost) when `id` was the head.
 -- sorted_unlane(waiting, id, payload) -> true when the job was in its key's lane (and is
 --   no longer).
--- sorted_laned(waiting) -> the number of jobs waiting in lanes.
+-- sorted_laned(waiting) -> the number of jobs waiting in lanes (and parked).
+-- Limits (@app.task(key_concurrency=N); N from Keys.fair_limits, as on the streams
+-- backend): a job of a limited task takes a slot of its task and key when a take hands
+-- it out: a member (its id) of the sorted set Keys.fair_slots, held while the job is in
+-- flight and given back by its owner's settle (sorted_release; a zombie's settle gives
+-- back nothing). A member whose job is no longer in flight (a lease that expired: the
+-- job went back to waiting, and takes a slot again when taken again) is dropped when the
+-- slots are counted at the limit. A job whose key is at its task's limit is not handed
+-- out but *parked*: its id leaves waiting for the sorted set
+-- '<prefix>:sorted-parked/...' (Keys.sorted_parked, ids by rank; listed in
+-- '<prefix>:sorted:<queue>:parked' for the purge), so it holds back neither its key's
+-- other jobs nor any other key's; each slot given back (or found stale) returns one
+-- parked job to waiting, at its rank.
+-- sorted_park(waiting, inflight, id, payload, rank) -> true when the job was parked; else
+--   it may be handed out (with its slot taken, when its task has a limit).
+-- sorted_release(waiting, id, payload): give back the job's slot and return a parked
+--   job of its task and key to waiting.
+-- sorted_unpark(waiting, id, payload) -> true when the job was parked (and is no longer).
+--#include _clock
 
 local function sorted_fair_of(waiting, payload)
   if not payload or not string.find(payload, '"key":"', 1, true) then return nil end
@@ -39,7 +57,82 @@ local function sorted_fair_of(waiting, payload)
   end
   local prefix, queue = string.match(waiting, '^(.-):sorted:(.+):waiting$')
   return prefix .. ':sorted:' .. queue .. ':heads', job.level .. ' ' .. job.key,
-    prefix .. ':sorted-lane:' .. queue .. ':' .. job.level .. ':' .. job.key
+    prefix .. ':sorted-lane:' .. queue .. ':' .. job.level .. ':' .. job.key, job
+end
+
+local sorted_limits = {}  -- task -> key_concurrency, read once per call
+
+-- The slots and parked keys of a keyed job whose task has a limit, and the limit; nil
+-- for another job.
+local function sorted_limited(waiting, payload)
+  local heads, _, _, job = sorted_fair_of(waiting, payload)
+  if not heads or type(job.task) ~= 'string' then return nil end
+  local prefix, queue = string.match(waiting, '^(.-):sorted:(.+):waiting$')
+  local limit = sorted_limits[job.task]
+  if limit == nil then
+    limit = tonumber(redis.call('HGET', prefix .. ':fair-limits', job.task) or '0') or 0
+    sorted_limits[job.task] = limit
+  end
+  if limit <= 0 then return nil end
+  local task, key = job.task, job.key
+  return prefix .. ':slots/' .. #task .. ':' .. task .. ':' .. key,
+    prefix .. ':sorted-parked/' .. #queue .. ':' .. queue .. ':' .. #task .. ':' .. task
+      .. ':' .. key,
+    limit, heads
+end
+
+-- Return up to n parked jobs of a parked set to waiting, at their ranks.
+local function sorted_return_parked(waiting, parked, heads, n)
+  for _ = 1, n do
+    local popped = redis.call('ZPOPMIN', parked)
+    if #popped == 0 then break end
+    redis.call('ZADD', waiting, popped[2], popped[1])
+    redis.call('HINCRBY', heads, '', -1)
+  end
+  if redis.call('ZCARD', parked) == 0 then
+    redis.call('ZREM', string.gsub(waiting, 'waiting$', 'parked'), parked)
+  end
+end
+
+local function sorted_park(waiting, inflight, id, payload, rank)
+  local slots, parked, limit, heads = sorted_limited(waiting, payload)
+  if not slots then return false end
+  redis.call('ZREM', slots, id)  -- its own, from a run whose lease expired
+  if redis.call('ZCARD', slots) >= limit then
+    local freed = 0
+    for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
+      if not redis.call('ZSCORE', inflight, member) then
+        redis.call('ZREM', slots, member)
+        freed = freed + 1
+      end
+    end
+    if freed > 0 then sorted_return_parked(waiting, parked, heads, freed) end
+  end
+  if redis.call('ZCARD', slots) < limit then
+    redis.call('ZADD', slots, now_ms(), id)
+    return false
+  end
+  redis.call('ZADD', parked, rank, id)
+  redis.call('ZADD', string.gsub(waiting, 'waiting$', 'parked'), 0, parked)
+  redis.call('HINCRBY', heads, '', 1)
+  return true
+end
+
+local function sorted_release(waiting, id, payload)
+  local slots, parked, _, heads = sorted_limited(waiting, payload)
+  if slots and redis.call('ZREM', slots, id) == 1 then
+    sorted_return_parked(waiting, parked, heads, 1)
+  end
+end
+
+local function sorted_unpark(waiting, id, payload)
+  local slots, parked, _, heads = sorted_limited(waiting, payload)
+  if not slots or redis.call('ZREM', parked, id) == 0 then return false end
+  redis.call('HINCRBY', heads, '', -1)
+  if redis.call('ZCARD', parked) == 0 then
+    redis.call('ZREM', string.gsub(waiting, 'waiting$', 'parked'), parked)
+  end
+  return true
 end
 
 local function sorted_place(waiting, id, rank, stamp, payload)

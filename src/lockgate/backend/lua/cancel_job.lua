@@ -85,7 +85,8 @@ if string.match(placed, '^sorted ') then
   local payload = redis.call('HGET', KEYS[4], job_id)
   if redis.call('ZREM', KEYS[8], job_id) == 1 then
     sorted_promote(KEYS[8], job_id, payload, now_us())  -- its key's next job waits now
-  elseif redis.call('ZREM', KEYS[6], job_id) == 0 and not sorted_unlane(KEYS[8], job_id, payload) then
+  elseif redis.call('ZREM', KEYS[6], job_id) == 0 and not sorted_unlane(KEYS[8], job_id, payload)
+      and not sorted_unpark(KEYS[8], job_id, payload) then
     return 'gone'
   end
   redis.call('HDEL', KEYS[4], job_id)

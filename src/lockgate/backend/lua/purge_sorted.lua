@@ -24,7 +24,7 @@ for a = 1, #ARGV, 2 do
   local head = redis.call('ZREM', KEYS[1], id) == 1
   -- A key's head goes, and its next job waits in its place (see _fair_sorted.lua).
   if head then sorted_promote(KEYS[1], id, payload, now_us()) end
-  if head or sorted_unlane(KEYS[1], id, payload) then
+  if head or sorted_unlane(KEYS[1], id, payload) or sorted_unpark(KEYS[1], id, payload) then
     deleted = deleted + 1
     for h = 2, 5 do redis.call('HDEL', KEYS[h], id) end
     redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2])

@@ -15,7 +15,8 @@
 --       limit), [15] done and dead: the final record ('' for none), [16] its TTL ms, [17]
 --       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
 --       record ('' for none), [20] its TTL ms, [21] flags: 'd' a
---       job of a debounced task (its next run, see _debounce.lua), [22..] dead: field/value pairs
+--       job of a debounced task (its next run, see _debounce.lua), 's' a job of a task
+--       with a key_concurrency (its slot goes back, see _fair_sorted.lua), [22..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;
@@ -31,12 +32,17 @@
 --#include _dead_letter
 --#include _marker
 --#include _debounce
+--#include _fair_sorted
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     and redis.call('ZSCORE', KEYS[1], id) then
   owned = 1
   redis.call('ZREM', KEYS[1], id)
+  if string.find(ARGV[21], 's', 1, true) then  -- its slot goes back (see _fair_sorted.lua)
+    local waiting = string.gsub(KEYS[1], 'inflight$', 'waiting')
+    sorted_release(waiting, id, redis.call('HGET', KEYS[2], id))
+  end
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[4], id)
   if kind == 'retry' then

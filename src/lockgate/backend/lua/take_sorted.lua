@@ -86,23 +86,30 @@ end
 requeue(KEYS[2], expired)
 local taken = {}
 local promoted = stamp  -- the rank stamp of a key's next job made its head (_fair_sorted.lua)
-for _ = 1, limit do
+-- Jobs parked (their key at their task's limit) do not count against `limit`, but a call
+-- parks at most 256: it stays short however many keys are at their limit.
+local parks = 0
+while #taken < 6 * limit and parks < 256 do
   local popped = redis.call('ZPOPMIN', KEYS[1])
   if #popped == 0 then break end
   local id = popped[1]
-  redis.call('ZADD', KEYS[2], deadline, id)
-  local count = redis.call('HINCRBY', KEYS[6], id, 1)
-  local owner = consumer .. ':' .. count .. ':' .. string.format('%.0f', stamp)
-  redis.call('HSET', KEYS[7], id, owner)
   local payload = redis.call('HGET', KEYS[3], id)
   promoted = sorted_promote(KEYS[1], id, payload, promoted)
-  local state, ms = claim_job(claims, id, payload)
-  taken[#taken + 1] = id
-  taken[#taken + 1] = payload
-  taken[#taken + 1] = count
-  taken[#taken + 1] = owner
-  taken[#taken + 1] = state
-  taken[#taken + 1] = ms
+  if sorted_park(KEYS[1], KEYS[2], id, payload, popped[2]) then
+    parks = parks + 1
+  else
+    redis.call('ZADD', KEYS[2], deadline, id)
+    local count = redis.call('HINCRBY', KEYS[6], id, 1)
+    local owner = consumer .. ':' .. count .. ':' .. string.format('%.0f', stamp)
+    redis.call('HSET', KEYS[7], id, owner)
+    local state, ms = claim_job(claims, id, payload)
+    taken[#taken + 1] = id
+    taken[#taken + 1] = payload
+    taken[#taken + 1] = count
+    taken[#taken + 1] = owner
+    taken[#taken + 1] = state
+    taken[#taken + 1] = ms
+  end
 end
 local next_ms = -1
 for _, key in ipairs({KEYS[2], KEYS[5]}) do
