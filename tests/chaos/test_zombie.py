@@ -214,6 +214,21 @@ def test_a_task_holding_the_gil_past_the_lease_is_fenced_and_logged(
     assert rclient.xlen(app.keys.dead()) == 0
 
 
+def second_starts_after_b(
+    app: App, rclient: redis.Redis, records: Records, b_run: int, slots: str
+) -> None:
+    """Release B's run of the first job: the second job starts only after it finished, and
+    once it ended too, no slot is held."""
+    key, started = records.key, records.started
+    rclient.rpush(key(f"release:{b_run}"), "go")
+    wait_until_sync(lambda: len(started()) == 3, message="the second job started")
+    events = [e.decode() for e in rclient.lrange(key("events"), 0, -1)]
+    assert events.index(f"finish first {b_run}") < events.index(f"start second {started()[2]}")
+    rclient.rpush(key(f"release:{started()[2]}"), "go")
+    wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
+    wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
+
+
 def test_a_zombie_gives_back_no_slot_that_the_worker_running_its_job_holds(
     make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
 ) -> None:
@@ -248,13 +263,7 @@ def test_a_zombie_gives_back_no_slot_that_the_worker_running_its_job_holds(
     assert [row["message_id"].decode() for row in
             rclient.xpending_range(delivery, GROUP, "-", "+", 10)] == [entry]  # fmt: skip
     assert len(started()) == 2  # the second job waits for the slot
-    rclient.rpush(key(f"release:{b_run}"), "go")
-    wait_until_sync(lambda: len(started()) == 3, message="the second job started")
-    events = [e.decode() for e in rclient.lrange(key("events"), 0, -1)]
-    assert events.index(f"finish first {b_run}") < events.index(f"start second {started()[2]}")
-    rclient.rpush(key(f"release:{started()[2]}"), "go")
-    wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
-    wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
+    second_starts_after_b(app, rclient, records, b_run, slots)
     assert rclient.hlen(holds) == 0
     a.stop()
     b.stop()
@@ -293,13 +302,7 @@ def test_a_zombie_gives_back_no_sorted_slot_that_the_worker_running_its_job_hold
                     timeout=15, message="A's settle refused")  # fmt: skip
     assert rclient.zrange(slots, 0, -1) == [b"first"], "the zombie gave back B's slot"
     assert len(started()) == 2  # the second job waits for the slot
-    rclient.rpush(key(f"release:{b_run}"), "go")
-    wait_until_sync(lambda: len(started()) == 3, message="the second job started")
-    events = [e.decode() for e in rclient.lrange(key("events"), 0, -1)]
-    assert events.index(f"finish first {b_run}") < events.index(f"start second {started()[2]}")
-    rclient.rpush(key(f"release:{started()[2]}"), "go")
-    wait_until_sync(lambda: job_ended(rclient, app.keys, "second"), message="all done")
-    wait_until_sync(lambda: rclient.zcard(slots) == 0, message="no slot held")
+    second_starts_after_b(app, rclient, records, b_run, slots)
     assert rclient.zcard(app.keys.sorted_parked_sets("default")) == 0
     a.stop()
     b.stop()
