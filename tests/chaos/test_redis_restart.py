@@ -92,15 +92,16 @@ def queued(app: App) -> int:
     return int(app.client().xlen(app.keys.stream("default", "normal")))
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_slots_and_a_debounced_next_run_survive_a_server_crash(
-    make_app: Callable[..., App], server: EmbeddedServer
+    make_app: Callable[..., App], server: EmbeddedServer, backend: str
 ) -> None:
-    """Streams: a crash (SIGKILL, restart from the AOF) while jobs of ``key_concurrency=2``
+    """A crash (SIGKILL, restart from the AOF) while jobs of ``key_concurrency=2``
     hold their slots and a debounced job runs with a next run queued: every job ends once,
     never more than 2 of a key at once, no slot is left held, and the next run runs once
     with the last arguments."""
     namespace = uuid.uuid4().hex
-    app = make_app(redis_url=server.url, namespace=namespace)
+    app = make_app(redis_url=server.url, namespace=namespace, backend=backend)
     spans: dict[str, list[tuple[float, float]]] = {}
     ended: list[str] = []
     debounced_runs: list[int] = []

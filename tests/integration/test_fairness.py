@@ -228,14 +228,15 @@ def test_key_concurrency_needs_key_by(make_app: Callable[..., App]) -> None:
         app.task(key_by="n", key_concurrency=0)(lambda n: None)
 
 
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_key_rate_limit_spaces_each_keys_starts_and_spends_no_attempt(
-    make_app: Callable[..., App],
+    make_app: Callable[..., App], backend: str
 ) -> None:
     """``key_rate_limit="5/s"``: the limiter spaces each key's reserved starts 200 ms
     apart, and a job never starts before its reservation, so a key's five starts span at
     least 0.8 s (less the first one's few ms); the keys do not share a limit (their starts
     interleave); no put-back spends an attempt."""
-    app = make_app()
+    app = make_app(backend=backend)
     starts: dict[str, list[float]] = {}
     order: list[str] = []
 
