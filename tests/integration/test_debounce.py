@@ -20,6 +20,7 @@ from conftest import running, wait_until, worker_for
 from lockgate import App, ConfigError
 from lockgate.backend.keys import GROUP, Keys
 from lockgate.backend.lua import ScriptCall, SyncScripts
+from lockgate.ops.queues import pause, resume
 
 
 @pytest.mark.parametrize("backend", ["streams", "sorted"])
@@ -167,3 +168,59 @@ def test_bad_debounce_options(
 
         @app.task(**options)  # type: ignore[misc]
         def notify(user: str) -> None: ...
+
+
+async def test_sorted_a_debounced_keyed_job_is_replaced_wherever_it_waits(
+    make_app: Callable[..., App],
+) -> None:
+    """Sorted backend, ``key_by`` and ``debounce``: a re-enqueue takes the job out of the
+    ranked set where it is its key's head (the key's next job takes its place) and out of
+    its key's lane where it waits behind another head; it runs once, last."""
+    app = make_app(backend="sorted")
+    runs: list[int] = []
+
+    @app.task(key_by="shop", debounce=0.05)
+    async def price(shop: str, n: int) -> None:
+        runs.append(n)
+
+    @app.task(key_by="shop")
+    async def other(shop: str, n: int) -> None:
+        runs.append(100 + n)
+
+    client, level = app.client(), price.priority
+    waiting, lane = app.keys.sorted_waiting("default"), app.keys.sorted_lane("default", level, "s1")
+    await pause(app, "default")
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):  # paused: its takes move due jobs, and hand out none
+        assert price.enqueue("s1", 1, job_id="p").created
+        await wait_until(lambda: client.zscore(waiting, "p") is not None)  # the key's head
+        queued = other.enqueue("s1", 0).job_id  # behind it, in the lane
+        assert not price.enqueue("s1", 2, job_id="p").created
+        assert client.zscore(waiting, "p") is None
+        assert client.zscore(waiting, queued) is not None  # it took the head's place
+        await wait_until(lambda: client.zscore(lane, "p") is not None)  # due: behind it
+        assert not price.enqueue("s1", 3, job_id="p").created
+        assert client.zscore(lane, "p") is None
+        await resume(app, "default")
+        await wait_until(lambda: app.job("p").status == "done", timeout=10)
+        await wait_until(lambda: worker.processed == 2)
+    assert runs == [100, 3]
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_two_enqueues_of_one_id_in_one_call_keep_the_last_arguments(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    app = make_app(backend=backend)
+    runs: list[int] = []
+
+    @app.task(debounce=0.05)
+    async def rebuild(n: int) -> None:
+        runs.append(n)
+
+    results = app.enqueue_many([rebuild.message(n, job_id="feed") for n in (1, 2)])
+    assert [r.created for r in results] == [True, False]
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        await wait_until(lambda: app.job("feed").status == "done", timeout=10)
+    assert runs == [2]

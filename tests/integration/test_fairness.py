@@ -530,3 +530,67 @@ async def test_sorted_backend_stats_show_the_busiest_keys(make_app: Callable[...
     assert rows == {"big": (19, {export.name: 1}), "small": (2, {export.name: 1})}
     assert [row.key for row in report.keys] == ["big", "small"]
     assert (await stats_report(app)).keys == []
+
+
+async def test_an_idempotent_keyed_job_in_a_partitioned_namespace_runs_once(
+    make_app: Callable[..., App],
+) -> None:
+    """With partitions, an ``idempotent=True`` keyed job's claim lives with the job, in
+    its key's partition: its settle marks it done (one script, one slot), and the same id
+    enqueued again after it ended is acknowledged without running."""
+    app = make_app(partitions=4)
+    ran: list[int] = []
+
+    @app.task(idempotent=True, key_by="tenant")
+    async def charge(tenant: str, n: int) -> None:
+        ran.append(n)
+
+    layout = app.store.layout
+    job_id = next(
+        f"charge-{n}" for n in range(100)
+        if layout.for_job(f"charge-{n}") != layout.for_job(f"charge-{n}", "acme")
+    )  # fmt: skip
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        assert charge.enqueue("acme", 1, job_id=job_id).created
+        await wait_until(lambda: app.job(job_id).status == "done")
+        assert charge.enqueue("acme", 1, job_id=job_id).created  # the id is free again
+        await wait_until(lambda: worker.processed == 2)
+    assert ran == [1]
+    assert worker.dead == 0
+
+
+async def test_sorted_parked_jobs_come_back_when_the_limit_is_gone(
+    make_app: Callable[..., App],
+) -> None:
+    """Sorted backend: jobs parked under ``key_concurrency=1`` go back to the queue, and
+    run, once a deploy drops the limit (its workers publish none for the task)."""
+    app = make_app(backend="sorted")
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @app.task(name="hold", priority="low", key_by="tenant", key_concurrency=1)
+    async def hold(tenant: str, n: int) -> None:
+        started.append(n)
+        await release.wait()
+
+    app.enqueue_many([hold.message("acme", n) for n in range(4)])
+    parked = app.keys.sorted_parked("default", "hold", "acme")
+    # A short grace: the stop abandons the held run (it stays in flight, with its slot).
+    async with running(worker_for(app, concurrency=4, grace_period=0.2)):
+        await wait_until(lambda: started == [0])
+        await wait_until(lambda: app.client().zcard(parked) == 3)
+    assert app.client().zcard(parked) == 3  # the stop left them parked
+
+    redeployed = make_app(backend="sorted")
+
+    @redeployed.task(name="hold", priority="low", key_by="tenant")
+    async def hold_unlimited(tenant: str, n: int) -> None:
+        started.append(n)
+
+    release.set()
+    worker = worker_for(redeployed, concurrency=4)
+    async with running(worker):
+        await wait_until(lambda: sorted(started) == [0, 1, 2, 3], timeout=30)
+    assert app.client().zcard(parked) == 0
+    assert app.client().zcard(app.keys.sorted_parked_sets("default")) == 0

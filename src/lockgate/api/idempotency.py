@@ -236,6 +236,8 @@ class Claim:
         job_id: for the claim of an ``idempotent=True`` task's job: the job's id; the
             claim then lives in the job's partition (see :mod:`lockgate.backend.partitions`), so
             the job's settle writes its done marker with the ack.
+        job_key: that job's fairness key, if it has one (a keyed job lives in its key's
+            partition).
 
     Raises (on entry):
         AlreadyProcessed: the key is done (``StepDone`` for a step).
@@ -258,6 +260,7 @@ class Claim:
         older_key: str | None = None,
         token: str | None = None,
         job_id: str | None = None,
+        job_key: str | None = None,
     ) -> None:
         self.key = check_key(key)
         self.ttl = seconds(ttl, f"ttl for {key!r}")
@@ -288,10 +291,12 @@ class Claim:
         # Read once: the claim and its settle agree on where and how markers are written.
         # A user claim with an older name is placed by it: both share one slot.
         place = app.store.claim_place
-        self._redis_key, self.done_prefix = place(key, job_id, older_key)
-        self._older_key = None if older_key is None else place(older_key, job_id, older_key)[0]
+        self._redis_key, self.done_prefix = place(key, job_id, older_key, job_key)
+        self._older_key = (
+            None if older_key is None else place(older_key, job_id, older_key, job_key)[0]
+        )
         self._legacy_key = (
-            app.store.claim_place(legacy_key, job_id)[0] if legacy_key is not None else None
+            place(legacy_key, job_id, None, job_key)[0] if legacy_key is not None else None
         )
         self._legacy_scope = legacy_scope
         self.legacy_markers = app.legacy_markers

@@ -121,7 +121,11 @@ class Layout:
         return self.parts.index(keys)
 
     def claim_place(
-        self, key: str, job_id: str | None = None, place: str | None = None
+        self,
+        key: str,
+        job_id: str | None = None,
+        place: str | None = None,
+        job_key: str | None = None,
     ) -> tuple[str, str]:
         """The Redis key of the claim on ``key`` and its done markers' bucket prefix.
 
@@ -129,6 +133,8 @@ class Layout:
             key: the idempotency key.
             job_id: for the claim of an ``idempotent=True`` task's job: the job's id, whose
                 partition the claim lives in (its settle writes the marker with the ack).
+            job_key: that job's fairness key, if it has one: the job, and so its claim,
+                lives in the key's partition (:func:`home_of`).
             place: hash this name instead of ``key`` for a user claim's tag: a step's
                 claim is placed by its 0.2/0.3 name, so the two names share one slot
                 and one script reads both (see :meth:`Keys.older_step_claim_name`).
@@ -141,7 +147,7 @@ class Layout:
         if not self.partitioned:
             return self.base.claim(key), self.base.done_bucket_prefix
         if job_id is not None:
-            keys = self.for_job(job_id)
+            keys = self.for_job(job_id, job_key)
             return keys.claim(key), keys.done_bucket_prefix
         digest = hashlib.sha1((place or key).encode("utf-8", "surrogatepass")).hexdigest()
         keys = Keys(self.namespace, f"{self.namespace}{SEPARATOR}c.{digest[:CLAIM_TAG_DIGITS]}")

@@ -423,11 +423,15 @@ class Store:
     # claims and counters
 
     def claim_place(
-        self, key: str, job_id: str | None = None, place: str | None = None
+        self,
+        key: str,
+        job_id: str | None = None,
+        place: str | None = None,
+        job_key: str | None = None,
     ) -> tuple[str, str]:
         """The Redis key of the idempotency claim on ``key`` and its done markers' prefix
         (see :meth:`lockgate.backend.partitions.Layout.claim_place`)."""
-        return self.layout.claim_place(key, job_id, place)
+        return self.layout.claim_place(key, job_id, place, job_key)
 
     def judge_call(self, holder: str, caller: str, quiet_ms: int, gap_ms: int) -> ScriptCall:
         """The call that judges whether the worker ``holder`` is dead (see

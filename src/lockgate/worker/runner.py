@@ -300,6 +300,7 @@ class JobRunner:
             lease=self.config.claim_lease_seconds,
             legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name,
             older_key=Keys.older_job_claim_name(task.name, job.id), token=token, job_id=job.id,
+            job_key=job.key,
         )  # fmt: skip
 
     async def _claim(

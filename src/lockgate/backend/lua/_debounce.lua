@@ -22,12 +22,9 @@
 --   enqueue's reply: 'delayed' (a new run), 'merged' (it replaced the waiting run's
 --   arguments or the next run's), 'next' (the job runs: this is queued as its next run).
 --   spec: '<wait ms> <cap ms> <consumer group>'; placed: the marker's value or false.
--- debounce_enqueue_sorted(marker, q, id, boost, job, spec, placed, now) -> the same for
---   the sorted backend; q: {waiting, payloads, ranks, delayed} keys (the settle's
---   without waiting); spec: '<wait ms> <cap ms>'.
--- debounce_next(marker, id, wake), debounce_next_sorted(marker, id, q, wake): at a
---   debounced job's end (after its marker went), queue the next run if an enqueue left
---   one.
+-- debounce_next(marker, id, wake): at a debounced job's end (after its marker went),
+--   queue the next run if an enqueue left one.
+-- The sorted backend's two are in _debounce_sorted.lua.
 --#include _clock
 --#include _marker
 --#include _fair
@@ -58,9 +55,9 @@ end
 local function debounce_due(first_key, merged, now, wait, cap)
   local due = now + wait
   if cap <= 0 then return due end
-  if not merged then
+  if not merged then  -- the first: its own delay (an explicit one may be longer) holds
     redis.call('SET', first_key, ms(now), 'PX', cap)
-    return math.min(due, now + cap)
+    return due
   end
   -- No first enqueue kept: its key outlived the cap, which has passed.
   local first = tonumber(redis.call('GET', first_key)) or now - cap
@@ -133,40 +130,5 @@ local function debounce_next(marker, id, wake)
   local prefix = debounce_names(marker, id)
   redis.call('ZADD', prefix .. ':delayed:' .. place, due, job)
   redis.call('SET', marker, 'delayed ' .. due .. ' ' .. place)
-  redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', '1')
-end
-
--- Sorted backend: the job waits in the queue's delayed set by id, its payload and rank
--- (its due time in us less its level's boost) in their hashes.
-local function debounce_put_sorted(marker, q, id, job, due, boost)
-  redis.call('SET', marker, 'sorted ' .. queue_of(q.payloads))
-  redis.call('HSET', q.payloads, id, job)
-  redis.call('HSET', q.ranks, id, ms(tonumber(due) * 1000 - tonumber(boost)))
-  redis.call('ZADD', q.delayed, due, id)
-end
-
-local function debounce_enqueue_sorted(marker, q, id, boost, job, spec, placed, now)
-  local wait, cap = string.match(spec, '^(%d+) (%d+)')
-  wait, cap = tonumber(wait), tonumber(cap)
-  local _, first_key, next_key = debounce_names(marker, id)
-  local was = 'gone'
-  if placed then
-    local inflight = string.gsub(q.waiting, 'waiting$', 'inflight')
-    if redis.call('ZSCORE', inflight, id) then
-      return debounce_queue_next(next_key, job, now, wait, cap, boost)
-    end
-    if redis.call('ZREM', q.waiting, id) + redis.call('ZREM', q.delayed, id) > 0 then
-      was = 'removed'
-    end
-  end
-  local due = ms(debounce_due(first_key, was == 'removed', now, wait, cap))
-  debounce_put_sorted(marker, q, id, job, due, boost)
-  return was == 'removed' and 'merged' or 'delayed'
-end
-
-local function debounce_next_sorted(marker, id, q, wake)
-  local job, due, boost = debounce_take_next(marker, id)
-  if not job then return end
-  debounce_put_sorted(marker, q, id, job, due, boost)
   redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', '1')
 end

@@ -46,6 +46,9 @@
 -- sorted_release(waiting, id, payload): give back the job's slot and return a parked
 --   job of its task and key to waiting.
 -- sorted_unpark(waiting, id, payload) -> true when the job was parked (and is no longer).
+-- sorted_sweep_parked(waiting): each take looks at the first 16 parked sets: one whose
+--   task has no limit any more (a deploy without it) goes back to waiting whole, and one
+--   whose key has slots free (their holders' settles were lost) returns that many jobs.
 --#include _clock
 
 local function sorted_fair_of(waiting, payload)
@@ -184,4 +187,21 @@ end
 local function sorted_laned(waiting)
   local heads = string.gsub(waiting, 'waiting$', 'heads')
   return tonumber(redis.call('HGET', heads, '') or '0') or 0
+end
+
+local function sorted_sweep_parked(waiting)
+  local registry = string.gsub(waiting, 'waiting$', 'parked')
+  local heads = string.gsub(waiting, 'waiting$', 'heads')
+  local payloads = string.gsub(waiting, 'waiting$', 'payloads')
+  for _, parked in ipairs(redis.call('ZRANGE', registry, 0, 15)) do
+    local first = redis.call('ZRANGE', parked, 0, 0)[1]
+    local slots, _, limit = nil, nil, 0
+    if first then slots, _, limit = sorted_limited(waiting, redis.call('HGET', payloads, first)) end
+    if not slots then  -- no limit now (or a job gone by hand): every job goes back
+      sorted_return_parked(waiting, parked, heads, 1000)
+    else
+      local free = limit - redis.call('ZCARD', slots)
+      if free > 0 then sorted_return_parked(waiting, parked, heads, free) end
+    end
+  end
 end

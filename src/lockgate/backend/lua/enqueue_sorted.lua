@@ -20,7 +20,7 @@
 -- once.
 --#include _clock
 --#include _marker
---#include _debounce
+--#include _debounce_sorted
 --#include _fair_sorted
 local stamp = now_us()
 local now = math.floor(stamp / 1000)
@@ -35,8 +35,7 @@ for i = 7, #KEYS, 2 do
   local delay = tonumber(ARGV[j + 4])
   local placed = redis.call('GET', KEYS[i])
   local free = not placed
-  if not delay and not added_here[job_id]
-      and not (placed and redis.call('HGET', KEYS[2], job_id) == payload) then
+  if not delay and not (placed and redis.call('HGET', KEYS[2], job_id) == payload) then
     out[#out + 1] = debounce_enqueue_sorted(KEYS[i], q, job_id, boost, payload, ARGV[j + 4],
       placed, now)
     added_here[job_id] = true

@@ -65,7 +65,7 @@ for i = 1, #ARGV / 3 do
   if stored ~= 0 then  -- this call's own job, retried: answer as the first time
     out[i] = stored
     added_here[marker] = true
-  elseif not delay and not added_here[marker] then  -- a debounced job
+  elseif not delay then  -- a debounced job (a later one of the id in this call merges)
     now = now or now_ms()
     out[i] = debounce_enqueue(marker, stream, delayed, job, ARGV[3 * i - 1], placed, now)
     added_here[marker] = true

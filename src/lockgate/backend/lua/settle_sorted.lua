@@ -31,7 +31,7 @@
 --#include _settle_claim
 --#include _dead_letter
 --#include _marker
---#include _debounce
+--#include _debounce_sorted
 --#include _fair_sorted
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0

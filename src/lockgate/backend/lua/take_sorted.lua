@@ -89,6 +89,7 @@ local promoted = stamp  -- the rank stamp of a key's next job made its head (_fa
 -- Jobs parked (their key at their task's limit) do not count against `limit`, but a call
 -- parks at most 256: it stays short however many keys are at their limit.
 local parks = 0
+if limit > 0 then sorted_sweep_parked(KEYS[1]) end
 while #taken < 6 * limit and parks < 256 do
   local popped = redis.call('ZPOPMIN', KEYS[1])
   if #popped == 0 then break end
