@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -79,6 +79,20 @@ def owner_of(cluster: LocalCluster, key: str) -> tuple[Node, Node]:
     raise AssertionError(f"no replica of {primary.address}")
 
 
+def failover_to(cluster: LocalCluster, replica: Node, key: str) -> Callable[[], None]:
+    """The fault: ``CLUSTER FAILOVER`` on ``replica``, done once it serves ``key``'s slot."""
+
+    def failover() -> None:
+        c = replica.client()
+        try:
+            c.execute_command("CLUSTER", "FAILOVER")
+        finally:
+            c.close()
+        wait_for(lambda: primary_port(cluster, key) == replica.port, "a promotion")
+
+    return failover
+
+
 @pytest.mark.parametrize(
     ("cluster", "partitions"),
     [
@@ -99,15 +113,7 @@ async def test_cluster_failover_of_the_namespaces_primary(
     _, replica = owner_of(cluster, key)
     enqueue_jobs(app)
 
-    def failover() -> None:
-        c = replica.client()
-        try:
-            c.execute_command("CLUSTER", "FAILOVER")
-        finally:
-            c.close()
-        wait_for(lambda: primary_port(cluster, key) == replica.port, "a promotion")
-
-    served = await serve_through(app, ledger, failover, after=JOBS // 4)
+    served = await serve_through(app, ledger, failover_to(cluster, replica, key), after=JOBS // 4)
     check(f"CLUSTER FAILOVER, partitions={partitions}", served, started)
 
 
@@ -124,15 +130,7 @@ async def test_cluster_failover_with_keyed_jobs_holding_slots(
     namespace = app.namespace
     enqueue_jobs(app)
 
-    def failover() -> None:
-        c = replica.client()
-        try:
-            c.execute_command("CLUSTER", "FAILOVER")
-        finally:
-            c.close()
-        wait_for(lambda: primary_port(cluster, key) == replica.port, "a promotion")
-
-    served = await serve_through(app, ledger, failover, after=JOBS // 4)
+    served = await serve_through(app, ledger, failover_to(cluster, replica, key), after=JOBS // 4)
     check("CLUSTER FAILOVER, key_concurrency=2", served, started)
     assert max(MOST_AT_ONCE[namespace].values()) <= 2, MOST_AT_ONCE[namespace]
     client = redis.RedisCluster(host="127.0.0.1", port=replica.port)
