@@ -1,9 +1,11 @@
 """lockgate: background jobs on Redis Streams with priorities, idempotency and nothing lost."""
 
 from lockgate.api.app import App
+from lockgate.api.flows import FlowInfo, FlowResult
 from lockgate.api.task import EnqueueResult, Task
 from lockgate.core.config import WorkerConfig
 from lockgate.core.context import JobContext, current_job
+from lockgate.core.flows import chain, group
 from lockgate.core.message import Message
 from lockgate.core.retry import Backoff
 from lockgate.core.status import JobInfo
@@ -43,6 +45,8 @@ __all__ = [
     "ConnectionFailed",
     "DatabaseError",
     "EnqueueResult",
+    "FlowInfo",
+    "FlowResult",
     "InvalidArguments",
     "JobCancelled",
     "JobContext",
@@ -63,5 +67,7 @@ __all__ = [
     "TaskNotFound",
     "Worker",
     "WorkerConfig",
+    "chain",
     "current_job",
+    "group",
 ]

@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar, Unpack, overload
 import msgspec
 
 from lockgate.api.eager import EagerRuns
+from lockgate.api.flows import FlowInfo, FlowOps, FlowResult, FlowServices
 from lockgate.api.hooks import H, Hooks
 from lockgate.api.idempotency import DEFAULT_LEASE, Claim, LeaseKeeper
 from lockgate.api.task import EnqueueResult, Task
@@ -33,6 +34,7 @@ from lockgate.core.app_config import (
 from lockgate.core.codec import Job
 from lockgate.core.config import Backend, resolve_redis_url, seconds
 from lockgate.core.cron import Schedule, check_no_arguments
+from lockgate.core.flows import Step
 from lockgate.core.message import Message, check_size
 from lockgate.core.retry import DEFAULT_TTL
 from lockgate.core.status import FinalRecord, JobInfo, Poll, answer, job_info, settled
@@ -75,6 +77,9 @@ class App:
             :mod:`lockgate.backend.partitions`). Producers and workers must agree: a count other
             than the one recorded in Redis is a ``ConfigError`` at the first connection.
             The sorted backend has one partition.
+        flow_ttl: seconds (or a timedelta) a finished flow's records (its jobs' results
+            for ``parent_results``, its state for ``App.flow``) are kept; a failed flow's
+            live at least as long as its dead letters.
 
     Raises:
         ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
@@ -96,6 +101,7 @@ class App:
         legacy_markers: bool = False,
         status_ttl: float | timedelta | None = timedelta(minutes=10),
         partitions: int = 1,
+        flow_ttl: float | timedelta = timedelta(days=1),
     ) -> None:
         connection = ConnectionConfig(
             redis_url=redis_url, namespace=namespace, backend=backend, partitions=partitions
@@ -118,6 +124,7 @@ class App:
         self.dead_letter_max_age_ms: int = limits.trim_age_ms
         self.status_ttl_ms: int = limits.status_ttl_ms
         self.legacy_markers = compatibility.legacy_markers
+        self.flow_ttl_ms = max(1, round(seconds(flow_ttl, "flow_ttl") * 1000))
         self.store = Store(
             connection.url, self.namespace, self.levels, self.backend, self.aging_seconds,
             self.partitions, queues=lambda: self.queues,
@@ -129,6 +136,8 @@ class App:
         # What the startup hooks set up for the tasks (a database pool, an HTTP client).
         self.state = SimpleNamespace()
         self._eager: EagerRuns | None = None  # inside ``with app.eager():``
+        self._flows = FlowOps(self)
+        self.services = FlowServices(self, self._flows)  # what running jobs ask
         _APPS.add(self)
 
     def on_startup(self, hook: H) -> H:
@@ -254,19 +263,23 @@ class App:
 
         return register
 
+    def outgoing(self, message: Message) -> Outgoing:
+        """A message encoded and checked, with what its enqueue call needs of its task.
+
+        Raises:
+            SerializationError: it is over ``max_payload_bytes``, or does not encode.
+        """
+        data = check_size(message, codec.encode(message.job), self.max_payload_bytes)
+        once_key, once_ttl_ms = message.once or (None, 0)
+        delay_ms = round(message.delay * 1000)
+        registered = self.tasks.get(message.job.task)
+        limited = registered.name if registered and registered.key_concurrency else ""
+        debounce = registered.debounce if registered is not None else None
+        return Outgoing(message.job, data, delay_ms, once_key, once_ttl_ms, limited, debounce)
+
     def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], EnqueuePlan]:
         messages = list(messages)
-        outgoing = []
-        for message in messages:
-            data = check_size(message, codec.encode(message.job), self.max_payload_bytes)
-            once_key, once_ttl_ms = message.once or (None, 0)
-            delay_ms = round(message.delay * 1000)
-            registered = self.tasks.get(message.job.task)
-            limited = registered.name if registered and registered.key_concurrency else ""
-            debounce = registered.debounce if registered is not None else None
-            outgoing.append(
-                Outgoing(message.job, data, delay_ms, once_key, once_ttl_ms, limited, debounce)
-            )
+        outgoing = [self.outgoing(message) for message in messages]
         return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
 
     def limited_task(self, task: str) -> str:
@@ -364,6 +377,52 @@ class App:
             return []
         created = await self.store.enqueue_async(plan, [j.id for j in jobs])
         return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+
+    def enqueue_flow(self, flow: Step, *, flow_id: str | None = None) -> FlowResult:
+        """Enqueue a workflow ([chain][lockgate.chain], [group][lockgate.group],
+        ``.then``) whole or not at all: its first jobs are queued, each other job once
+        every job it waits for succeeded (moved in those jobs' settle calls).
+
+        Args:
+            flow: the flow (or one Message).
+            flow_id: its id, from which its jobs' ids derive (``<flow_id>.<n>``); a flow
+                that exists with this id is not enqueued again (``created=False``).
+                Default: a random id.
+
+        Raises:
+            ConfigError: a step with its own ``job_id``, or a task with a per-key limit
+                in a flow of a partitioned namespace.
+            SerializationError: a job does not encode, or is over ``max_payload_bytes``.
+            OutcomeUnknown: no reply came: enqueue again with the same ``flow_id``.
+            ConnectionFailed: Redis cannot be reached.
+        """
+        if self._eager is not None:
+            return self._flows.ran_eagerly(self._flows.plan(flow, flow_id), self._eager.run)
+        return self._flows.enqueue(flow, flow_id)
+
+    async def enqueue_flow_async(self, flow: Step, *, flow_id: str | None = None) -> FlowResult:
+        """Async [enqueue_flow][lockgate.App.enqueue_flow]."""
+        if self._eager is not None:
+            return self._flows.ran_eagerly(self._flows.plan(flow, flow_id), self._eager.run)
+        return await self._flows.enqueue_async(flow, flow_id)
+
+    def flow(self, flow_id: str) -> FlowInfo:
+        """What is known of a flow: its state, its jobs with theirs, which wait on which."""
+        return self._flows.info(flow_id)
+
+    async def flow_async(self, flow_id: str) -> FlowInfo:
+        """Async [flow][lockgate.App.flow]."""
+        return await self._flows.info_async(flow_id)
+
+    def cancel_flow(self, flow_id: str) -> int:
+        """Cancel every job of a flow that has not started (running ones are told to stop,
+        as [cancel][lockgate.App.cancel] does), so that none of it runs later; how many
+        were cancelled."""
+        return self._flows.cancel(flow_id)
+
+    async def cancel_flow_async(self, flow_id: str) -> int:
+        """Async [cancel_flow][lockgate.App.cancel_flow]."""
+        return await self._flows.cancel_async(flow_id)
 
     def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:
         return EnqueueResult(job_id, created, job.task, self)

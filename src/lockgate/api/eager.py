@@ -25,7 +25,7 @@ import msgspec
 from lockgate.api.idempotency import ClaimHost, step_claim
 from lockgate.api.task import Task
 from lockgate.core import codec
-from lockgate.core.context import JobContext, reset_current, set_current
+from lockgate.core.context import JobContext, JobServices, reset_current, set_current
 from lockgate.core.outcome import ErrorInfo, dead, decide
 from lockgate.core.sansio import drive, drive_async
 from lockgate.core.status import JobInfo, encode_result, final_status, moment
@@ -38,6 +38,9 @@ class EagerHost(ClaimHost, Protocol):
 
     @property
     def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+
+    @property
+    def services(self) -> JobServices: ...
 
 
 class EagerRuns:
@@ -101,7 +104,8 @@ class EagerRuns:
         return JobContext(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued, app=self._app,
             retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
-            steps=functools.partial(step_claim, self._app),
+            steps=functools.partial(step_claim, self._app), flow=job.flow,
+            services=self._app.services,
         )  # fmt: skip
 
     @staticmethod

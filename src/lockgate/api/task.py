@@ -259,7 +259,7 @@ class Task(Generic[P, R]):
                 f"task {self.name!r} expires {self.expires:g} s after enqueue, but this job "
                 f"would start {wait:g} s after it: it would be dropped unrun"
             )
-        return Message(job, wait)
+        return Message(job, wait, named=job_id is not None)
 
     @_arguments_of(message)
     def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:

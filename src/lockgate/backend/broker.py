@@ -182,6 +182,12 @@ class Settlement:
             enqueue left while it ran (see ``lua/_debounce.lua``).
         holds_slot: the job's task has a ``key_concurrency``: its settle gives back the
             slot it may hold (see ``lua/_fair.lua``).
+        flow: a job of a flow that ends (done, dead, cancelled): the flow's record key
+            (``Keys.flow``), whose barriers its settle moves (see ``lua/_flow.lua``).
+        flow_step: that job's ending for its flow, ``o`` done, ``x`` dead, ``c``
+            cancelled, then its position in the flow.
+        flow_result: done: its return value's JSON, kept for the jobs that wait for it;
+            dead: its result record (its error).
     """
 
     delivery: Delivery
@@ -202,13 +208,18 @@ class Settlement:
     result_ttl_ms: int = 0
     debounced: bool = False
     holds_slot: bool = False
+    flow: str | None = None
+    flow_step: str = ""
+    flow_result: bytes = b""
 
     def claim_keys(self) -> list[str]:
-        """The claim's key and its older names, when there are ones (the last KEYS)."""
+        """The claim's key and its older names, when there are ones, then a flow job's
+        flow record (the last KEYS)."""
+        flow = [self.flow] if self.flow is not None else []
         if self.claim_key is None:
-            return []
+            return flow
         older = (self.legacy_claim_key, self.older_claim_key)
-        return [self.claim_key, *(key for key in older if key is not None)]
+        return [self.claim_key, *(key for key in older if key is not None), *flow]
 
     def claim_args(self) -> list[Arg]:
         """Claim token, action, done-marker TTL ms, older names' done marker, done-marker
@@ -223,8 +234,9 @@ class Settlement:
 
     def end_args(self) -> list[Arg]:
         """Trim limits, the final record and its TTL, the job id and its status shard, the
-        result record and its TTL, the flags (``d`` debounced, ``s`` holds a slot), then
-        the dead letter's field/value pairs."""
+        result record and its TTL, the flags (``d`` debounced, ``s`` holds a slot, ``f``
+        and the flow step), a flow job's result, then the dead letter's field/value
+        pairs."""
         job_id = self.delivery.job_id
         args: list[Arg] = [
             *self.trim,
@@ -234,7 +246,10 @@ class Settlement:
             status_shard(job_id) if self.final else "",
             self.result,
             self.result_ttl_ms,
-            ("d" if self.debounced else "") + ("s" if self.holds_slot else ""),
+            ("d" if self.debounced else "")
+            + ("s" if self.holds_slot else "")
+            + (f"f{self.flow_step}" if self.flow is not None else ""),
+            self.flow_result,
         ]
         for name, value in self.record.items():
             args += [name, value]

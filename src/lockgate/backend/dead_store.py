@@ -181,7 +181,7 @@ class DeadLetters:
             if place is None:
                 continue  # not a letter id of this namespace: no such letter
             stream, entry_id, _ = place
-            if self._store.layout.for_job(outgoing.job.id, outgoing.job.key).dead() != stream:
+            if self._store.layout.for_job(outgoing.job.id, outgoing.job.home).dead() != stream:
                 outcomes[position] = "elsewhere"
                 continue
             (enqueue,) = self._store.broker.plan_enqueue([outgoing]).calls

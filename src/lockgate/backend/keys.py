@@ -33,6 +33,13 @@ STATUS_SHARDS = 4096
 FAIR_SUFFIX = "+"
 
 
+# A flow's keys besides its record (Keys.flow): jobs not yet queued (held: job -> its
+# enqueue call), barriers (wait: job -> parents left), parents and children (job -> their
+# positions), results (job -> result record), the jobs done and dead (sets), the jobs
+# queued with the flow (roots, a list until queued).
+FLOW_PARTS = ("held", "wait", "parents", "children", "results", "done", "dead", "roots")
+
+
 def check_key(key: str) -> str:
     """Validate an idempotency key.
 
@@ -271,6 +278,32 @@ class Keys:
         """A hash: the run an enqueue queued while a debounced job ran (built by the
         scripts from :meth:`job`'s name; see ``lua/_debounce.lua``)."""
         return f"{self.prefix}:next:{job_id}"
+
+    def flow(self, flow_id: str) -> str:
+        """A flow's record (a hash: jobs, shape, TTL, cancelled); its other keys are this
+        name and a suffix of :data:`FLOW_PARTS` (built by the scripts from this one; see
+        ``lua/_flow.lua``)."""
+        return f"{self.prefix}:flow:{flow_id}"
+
+    def flow_keys(self, flow_id: str) -> list[str]:
+        """Every key a flow keeps (what ``flow_ttl`` expires)."""
+        base = self.flow(flow_id)
+        return [base, *(f"{base}:{part}" for part in FLOW_PARTS)]
+
+    def flow_stage(self, flow_id: str, token: str) -> str:
+        """Where one ``enqueue_flow`` call stages the flow's jobs before its commit renames
+        them to :meth:`flow`'s keys (expiring if the caller dies before then)."""
+        return f"{self.prefix}:flowstage:{flow_id}:{token}"
+
+    def flows_releasing(self) -> str:
+        """The flows whose first jobs a commit has not all queued yet (a sorted set of flow
+        ids scored by the commit's time, ms): workers finish what a producer left."""
+        return f"{self.prefix}:flows:releasing"
+
+    def step_result(self, step_claim_name: str) -> str:
+        """The stored result of a ``run_step`` whose claim is named ``step_claim_name``
+        (:meth:`step_claim_name`), kept as long as the step's done marker."""
+        return f"{self.prefix}:stepresult:{step_claim_name}"
 
     def tick(self, task: str, stamp: str) -> str:
         """A cron tick's once-only key (SET NX PX by the enqueue script): a tick whose key

@@ -43,7 +43,7 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
         return None
     if settlement.legacy_markers or settlement.legacy_done or settlement.record:
         return None
-    if settlement.debounced or settlement.holds_slot:  # see Settlement.end_args' flags
+    if settlement.debounced or settlement.holds_slot or settlement.flow is not None:
         return None
     job = delivery.job
     if job is not None and job.id != delivery.job_id:

@@ -44,6 +44,7 @@ from lockgate.backend.connections import (
 )
 from lockgate.backend.dead_store import PURGE_CHUNK, DeadLetters
 from lockgate.backend.faults import translated
+from lockgate.backend.flow_store import Flows
 from lockgate.backend.job_store import Jobs
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
 from lockgate.backend.partitioned import WAKEUPS_MAX, wakeup_call
@@ -103,6 +104,7 @@ class Store:
         )
         self.dead = DeadLetters(self)
         self.jobs = Jobs(self)
+        self.flows = Flows(self)
         self.registry = RegistryStore(self)
         # Whether Redis agreed with this App's partition count (once, before the first
         # script call or a worker's start).

@@ -103,7 +103,7 @@ class StreamBroker:
         # A script's keys share one slot: the jobs of each partition go in calls of their own.
         by_partition: dict[int, list[int]] = {}
         for i, outgoing in enumerate(jobs):
-            part = home_of(outgoing.job.id, outgoing.job.key, self._layout.partitions)
+            part = home_of(outgoing.job.id, outgoing.job.home, self._layout.partitions)
             by_partition.setdefault(part, []).append(i)
         for part, members in by_partition.items():
             keys = self._layout.parts[part]

@@ -58,6 +58,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         key_reserved: its key's limiter (``key_rate_limit``) reserved this attempt's start
             when it put it back: it asks only the task's own limiter then.
         key: its fairness key (``@app.task(key_by=...)``); None: it has none.
+        flow: the id of the flow it belongs to (``App.enqueue_flow``); None: none.
     """
 
     id: str
@@ -74,7 +75,18 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     rate_reserved: bool = False
     key_reserved: bool = False
     key: str | None = None
+    flow: str | None = None
 
+    @property
+    def home(self) -> str | None:
+        """What places the job in a partition instead of its id (see
+        ``lockgate.backend.partitions.home_of``): its flow's id (a flow's jobs live with its
+        records), else its fairness key, else None."""
+        return FLOW_HOME + self.flow if self.flow is not None else self.key
+
+
+# A flow job's home (``Job.home``): where the flow's own records live too.
+FLOW_HOME = "flow\x00"
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Job)

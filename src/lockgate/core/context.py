@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from lockgate.errors import LockgateError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class StepClaim(Protocol):
@@ -42,6 +46,21 @@ class StepClaims(Protocol):
     on the job's App)."""
 
     def __call__(self, job: JobContext, name: str, ttl: float | timedelta | None) -> StepClaim: ...
+
+
+class JobServices(Protocol):
+    """What a running job asks of its App beyond claims: its parents' results in a flow,
+    and steps whose results are kept (:class:`lockgate.api.flows.FlowServices`)."""
+
+    def parent_results(self, job: JobContext) -> list[Any]: ...
+
+    def run_step(
+        self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Any: ...
+
+    async def run_step_async(
+        self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -95,6 +114,7 @@ class JobContext:
         cancelled: whether ``App.cancel`` asked this run to stop. An async run also gets
             ``CancelledError`` at its next await; a sync one should look now and then:
             raising anything then ends the job cancelled, returning ends it done.
+        flow: the id of the flow the job belongs to (``App.enqueue_flow``), else None.
     """
 
     job_id: str
@@ -110,6 +130,8 @@ class JobContext:
     done_markers: list[float] = field(default_factory=list, repr=False)
     holder: Holder | None = field(default=None, repr=False)
     steps: StepClaims | None = field(default=None, repr=False)
+    flow: str | None = None
+    services: JobServices | None = field(default=None, repr=False)
     # Set once from the loop, read from the run's thread too: a list, not an Event (an
     # Event costs a Condition and a lock per run, and nothing waits on this).
     _cancel: list[bool] = field(default_factory=list, repr=False)
@@ -129,6 +151,8 @@ class JobContext:
         idempotency_ttl: float,
         holder: Holder | None,
         steps: StepClaims | None,
+        flow: str | None = None,
+        services: JobServices | None = None,
     ) -> JobContext:
         """The context of a worker's run, as the constructor would build it, without a
         frozen dataclass's ``object.__setattr__`` per field (1.8 us a job, against 0.65)."""
@@ -137,7 +161,7 @@ class JobContext:
             job_id=job_id, task=task, queue=queue, level=level, attempt=attempt,
             enqueued=enqueued, app=app, retry_window=retry_window,
             idempotency_ttl=idempotency_ttl, claimed_keys=set(), done_markers=[],
-            holder=holder, steps=steps, _cancel=[],
+            holder=holder, steps=steps, flow=flow, services=services, _cancel=[],
         )  # fmt: skip
         return context
 
@@ -167,6 +191,49 @@ class JobContext:
         if self.steps is None:
             raise LockgateError("job.step() needs a job run by a lockgate worker")
         return self.steps(self, name, ttl)
+
+    def parent_results(self) -> list[Any]:
+        """The results of the jobs this job of a flow waited for directly, in declaration
+        order, typed by their tasks' return annotations (``[]`` for a job that waited for
+        none, or is not in a flow). They are kept for the flow's lifetime, whatever the
+        tasks' ``keep_result`` says.
+
+        Raises:
+            LockgateError: called outside a job run by a lockgate worker or eager block.
+        """
+        if self.flow is None:
+            return []
+        return self._services().parent_results(self)
+
+    def run_step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``fn(*args, **kwargs)`` at most once successfully for this job and step
+        name, and return its result: a retry gets the stored result back without calling
+        ``fn``; ``fn`` runs again only if an earlier run raised or died before its result
+        was stored.
+
+        It shares [step][lockgate.JobContext.step]'s claim (a step finished by
+        ``job.step(name)`` has no result to give back: ``ResultUnavailable``), and keeps
+        the result, JSON through msgspec, for the task's ``idempotency_ttl``, typed by
+        ``fn``'s return annotation when read back.
+
+        Raises:
+            ClaimBusy: another run holds the step's claim (the worker puts the job back).
+            ResultUnavailable: the step is done but its result is gone.
+            SerializationError: the result has no JSON form (the step is not marked done).
+        """
+        return cast(R, self._services().run_step(self, name, fn, args, kwargs))
+
+    async def run_step_async(
+        self, name: str, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Any:
+        """The async form of [run_step][lockgate.JobContext.run_step]: ``fn`` is awaited
+        when it is a coroutine function, else run in a thread (off the event loop)."""
+        return await self._services().run_step_async(self, name, fn, args, kwargs)
+
+    def _services(self) -> JobServices:
+        if self.services is None:
+            raise LockgateError("this needs a job run by a lockgate worker (or app.eager())")
+        return self.services
 
 
 _current: ContextVar[JobContext | None] = ContextVar("lockgate_current_job", default=None)

@@ -20,11 +20,13 @@ class Message:
         once: a once-only key and its TTL in ms, taken (``SET NX PX``) by the enqueue
             itself: while the key lives, the job is not enqueued again, even after it
             ended (a cron tick's, see [App.cron][lockgate.App.cron]). None: no such key.
+        named: the caller gave the job its id (``job_id=``), which a flow's job may not.
     """
 
     job: Job
     delay: float = 0.0
     once: tuple[str, int] | None = None
+    named: bool = False
 
 
 def check_size(message: Message, data: bytes, limit: int) -> bytes:

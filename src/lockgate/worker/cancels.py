@@ -23,7 +23,7 @@ async def look(store: Store, runner: JobRunner, running: Sequence[Delivery]) -> 
     running jobs is then off, logged once; it must not stop the jobs themselves."""
     try:
         flags = await store.jobs.cancel_requests(
-            [(d.job_id, d.job.key if d.job else None) for d in running]
+            [(d.job_id, d.job.home if d.job else None) for d in running]
         )
     except AccessDenied as e:
         log.warning("running jobs cannot be cancelled here: %s", e)
@@ -42,7 +42,7 @@ async def unless_cancelled(store: Store, ending: Ending) -> Ending:
     if ending.outcome.kind != "retry" or delivery.job is None:
         return ending
     try:
-        take = await store.jobs.cancel_request(delivery.job_id, delivery.job.key)
+        take = await store.jobs.cancel_request(delivery.job_id, delivery.job.home)
     except LockgateError as e:  # the request is kept; the next run looks again
         log.debug("job %s: cancel request not read (%s)", delivery.job_id, e)
         return ending

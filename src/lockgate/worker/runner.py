@@ -242,7 +242,7 @@ class JobRunner:
         context = JobContext.of_run(
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
-            holder=self.holder, steps=self._steps,
+            holder=self.holder, steps=self._steps, flow=job.flow, services=self.app.services,
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)
@@ -300,7 +300,7 @@ class JobRunner:
             lease=self.config.claim_lease_seconds,
             legacy_key=Keys.legacy_job_claim_name(job.id), legacy_scope=task.name,
             older_key=Keys.older_job_claim_name(task.name, job.id), token=token, job_id=job.id,
-            job_key=job.key,
+            job_key=job.home,
         )  # fmt: skip
 
     async def _claim(
@@ -336,7 +336,7 @@ class JobRunner:
             error, run.job, run.task.retry, now=time.time(),
             markers_expire=earliest(run.job.markers_expire, markers),
         )  # fmt: skip
-        if outcome is DONE and run.task.keep_result_ms:
+        if outcome is DONE and (run.task.keep_result_ms or run.job.flow is not None):
             try:
                 return replace(outcome, result=encode_result(returned))
             except SerializationError as e:  # as an eager run ends: the same in tests

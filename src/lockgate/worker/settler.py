@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from lockgate.api.app import App
 from lockgate.backend import dead_store
@@ -21,7 +22,7 @@ from lockgate.backend.broker import Consumer, Delivery, Settlement, safe_call
 from lockgate.backend.faults import Fault, classify
 from lockgate.backend.lua import ScriptCall
 from lockgate.backend.settling import settle_sync
-from lockgate.core import status
+from lockgate.core import flows, status
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED, dead
 from lockgate.core.policy import reconnect_delay
@@ -68,7 +69,21 @@ def settlement(app: App, ending: Ending) -> Settlement:
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
         debounced=task is not None and task.debounce is not None,
         holds_slot=task is not None and bool(task.key_concurrency),
+        **_flow_fields(app, ending),
     )  # fmt: skip
+
+
+def _flow_fields(app: App, ending: Ending) -> dict[str, Any]:
+    """A flow job's ending for its flow: its record, its step, its result (pure)."""
+    job, outcome = ending.delivery.job, ending.outcome
+    if job is None or job.flow is None or outcome.kind not in ("done", "dead"):
+        return {}
+    action = "x" if outcome.kind == "dead" else "c" if outcome.cancelled else "o"
+    return {
+        "flow": app.store.layout.for_job(job.id, job.home).flow(job.flow),
+        "flow_step": f"{action}{flows.position_of(job.id, job.flow)}",
+        "flow_result": (outcome.result or b"") if action == "o" else status.result_record(outcome),
+    }
 
 
 def wire_call(consumer: Consumer, app: App, ending: Ending) -> ScriptCall:

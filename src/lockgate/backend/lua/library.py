@@ -58,6 +58,10 @@ ScriptName = Literal[
     "leave_worker",
     "server_time",
     "settle_many",
+    "flow_stage",
+    "flow_commit",
+    "flow_release",
+    "flow_cancel",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -85,6 +89,13 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "idem_settle": ALLOW_OOM,
     "settle_stream": ALLOW_OOM,
     "settle_sorted": ALLOW_OOM,
+    # A flow's stage and commit add jobs, as an enqueue does (after the enqueue scripts:
+    # they, and the settles, queue a flow's jobs by the enqueue scripts' bodies).
+    "flow_stage": (),
+    "flow_commit": (),
+    "flow_release": (),
+    # Drops a flow's held jobs: frees memory.
+    "flow_cancel": ALLOW_OOM,
     "stats_stream": NO_WRITES,
     "stats_sorted": NO_WRITES,
     "fair_keys": NO_WRITES,

@@ -16,7 +16,9 @@
 --       the job id (again), [18] its status shard (Keys.status_shard), [19] the result
 --       record ('' for none), [20] its TTL ms, [21] flags: 'd' a
 --       job of a debounced task (its next run, see _debounce.lua), 's' a job of a task
---       with a key_concurrency (its slot goes back, see _fair_sorted.lua), [22..] dead: field/value pairs
+--       with a key_concurrency (its slot goes back, see _fair_sorted.lua), 'f<a><n>' a
+--       flow's job (see settle_stream.lua; the flow's record is the last key), [22] a flow
+--       job's result JSON ('' none), [23..] dead: field/value pairs
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;
@@ -33,6 +35,9 @@
 --#include _marker
 --#include _debounce_sorted
 --#include _fair_sorted
+--#include _flow
+local flow_action, flow_position = string.match(ARGV[21] or '', 'f(%a)(%d+)')
+local flow = flow_action and table.remove(KEYS)  -- the last key: not a claim's
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned = 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
@@ -56,13 +61,14 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 22) end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 23) end
     mark_end(KEYS[9], KEYS[11], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[10], ARGV[19], 'PX', ARGV[20]) end
     if string.find(ARGV[21], 'd', 1, true) then
       debounce_next_sorted(KEYS[9], id, {payloads = KEYS[2], ranks = KEYS[3], delayed = KEYS[6]},
         KEYS[8])
     end
+    if flow then flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
   end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
