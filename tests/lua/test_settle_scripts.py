@@ -133,7 +133,7 @@ class StreamJob:
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
             keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "",
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -447,7 +447,7 @@ class SortedJob:
         args: list[Any] = [
             "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
             int(strings), next_job, delay_ms, boost_us, max_len, 0,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "",
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]

@@ -17,6 +17,8 @@ EXPECTED = [
     "ConnectionFailed",
     "DatabaseError",
     "EnqueueResult",
+    "FlowInfo",
+    "FlowResult",
     "InvalidArguments",
     "JobCancelled",
     "JobContext",
@@ -37,7 +39,9 @@ EXPECTED = [
     "TaskNotFound",
     "Worker",
     "WorkerConfig",
+    "chain",
     "current_job",
+    "group",
 ]
 
 

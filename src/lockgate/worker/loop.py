@@ -366,8 +366,9 @@ class Worker:
             self._reclaim_rounds += 1
             if self._reclaim_rounds % FORGET_EVERY == 0:
                 # A live consumer removed here is harmless: it owns nothing, and its
-                # next read recreates it.
+                # next read recreates it. Flows a producer left half queued are finished.
                 await self._consumer.forget_consumers(max(10.0, visibility * 4))
+                await self.app.store.flows.finish_releases()
             return False
         log.warning("job %s reclaimed from a worker that stopped (delivery %d)",
                     delivery.job_id, delivery.deliveries)  # fmt: skip
