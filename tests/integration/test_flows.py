@@ -125,9 +125,7 @@ async def test_nested_flow_shape_and_result(make_app: Callable[..., App], backen
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_enqueue_flow_twice_enqueues_once(
-    make_app: Callable[..., App], backend: str
-) -> None:
+async def test_enqueue_flow_twice_enqueues_once(make_app: Callable[..., App], backend: str) -> None:
     """A second enqueue_flow with the same flow_id adds nothing (created=False) and the
     jobs run once."""
     app = make_app(backend=backend)
@@ -207,9 +205,7 @@ async def test_dead_member_fails_the_flow_and_its_replay_resumes_it(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_cancel_flow_leaves_no_job_behind(
-    make_app: Callable[..., App], backend: str
-) -> None:
+async def test_cancel_flow_leaves_no_job_behind(make_app: Callable[..., App], backend: str) -> None:
     """Cancelling a flow whose first job has not run cancels it and drops the jobs that
     wait: none of them ever runs, and the flow reads cancelled."""
     app = make_app(backend=backend)
