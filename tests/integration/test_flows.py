@@ -24,6 +24,7 @@ from lockgate import (
     current_job,
     group,
 )
+from lockgate.backend import flow_store
 from lockgate.ops import deadletter
 
 BACKENDS = ["streams", "sorted"]
@@ -79,7 +80,7 @@ async def test_group_then_callback_runs_once_after_every_member(
         ended.append(n)
         return n * n
 
-    @app.task(priority="critical" if "critical" in app.levels.names else "high")
+    @app.task(priority="critical")
     async def total() -> int:
         parents = current_job().parent_results()
         calls.append((len(ended), parents))
@@ -334,3 +335,34 @@ async def test_partitioned_flow_runs_with_its_jobs_in_one_partition(
     async with running(worker_for(app, concurrency=8)):
         assert await result.result_async(timeout=30) == "end"
     assert {app.job(job_id).status for job_id in result.job_ids} == {"done"}
+
+
+async def test_a_flow_its_producer_left_half_queued_is_finished_by_workers(
+    make_app: Callable[..., App],
+) -> None:
+    """A producer that dies after the commit of a big group, before it queued all of the
+    group's first jobs: the flow is listed as releasing, and finish_releases (which
+    workers call) queues the rest; every member then runs once."""
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task
+    async def work(n: int) -> int:
+        runs.append(n)
+        return n
+
+    total = flow_store.RELEASE_CHUNK + 250
+    ops = app._flows
+    planned = ops.plan(group(*(work.message(n) for n in range(total))), "half")
+    staged, tasks = ops._staged(planned)
+    store = app.store.flows
+    calls, commit = store.enqueue_calls("half", staged, planned.shape_json(), tasks, 60_000)
+    assert all(app.store.run(calls))
+    created, left = app.store.run([commit])[0]
+    assert (created, left) == (1, 250)  # the producer "dies" here
+    assert await store.finish_releases() == 1
+    assert await store.finish_releases() == 0
+    result = FlowResult("half", True, planned.job_ids, ops)
+    async with running(worker_for(app, concurrency=16)):
+        assert await result.result_async(timeout=30) == list(range(total))
+    assert sorted(runs) == list(range(total))
