@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from conftest import job_ended, wait_until_sync
-from lockgate import App
+from lockgate import App, chain
 from lockgate.backend.keys import GROUP
 
 pytestmark = pytest.mark.chaos
@@ -178,6 +178,45 @@ def test_a_zombie_workers_settle_leaves_the_job_to_the_worker_that_reclaimed_it(
     assert b.stop() == (1, 0, 0), b.tail()
     assert a.text().count("no longer pending for this worker") == 1, a.tail()
     assert started() == [a.popen.pid, b_run]
+
+
+def test_a_zombies_settle_moves_no_flow_barrier(
+    make_app: Callable[..., App], rclient: redis.Redis, spawn: Callable[[], Proc]
+) -> None:
+    """chain(slow, after): A runs the first step and is paused past the lease, B takes it
+    over. A's settle, refused, queues nothing; B's settle queues the second step, which
+    runs once."""
+    app = make_app()
+
+    @app.task(retries=0)
+    def slow(tag: str) -> None: ...
+
+    @app.task(retries=0)
+    def after(tag: str) -> None: ...
+
+    records = Records(app, rclient)
+    key, started = records.key, records.started
+    flow = app.enqueue_flow(chain(slow.message("x"), after.message("y")), flow_id="zf")
+    a = spawn()
+    wait_until_sync(lambda: started() or not a.alive(), message="A started the job")
+    b, b_run = take_over(a, spawn, started)
+    rclient.rpush(key(f"release:{a.popen.pid}"), "go")
+    wait_until_sync(
+        lambda: "no longer pending for this worker" in a.text() or not a.alive(),
+        timeout=15,
+        message="A settled its run",
+    )
+    assert records.finished() == [a.popen.pid]
+    info = app.flow("zf")
+    assert [job.state for job in info.jobs] == ["running", "waiting"], info
+    assert rclient.lrange(key("after"), 0, -1) == []
+    rclient.rpush(key(f"release:{b_run}"), "go")
+    wait_until_sync(lambda: app.flow("zf").state == "done", message="the flow ended")
+    assert len(rclient.lrange(key("after"), 0, -1)) == 1
+    assert flow.job_ids == ["zf.0", "zf.1"]
+    a.stop()
+    b.stop()
+    assert a.text().count("no longer pending for this worker") == 1, a.tail()
 
 
 def test_a_task_holding_the_gil_past_the_lease_is_fenced_and_logged(

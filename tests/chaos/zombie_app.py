@@ -57,6 +57,13 @@ def limited(tenant: str, tag: str) -> None:
     client.rpush(record_key("finished"), me)
 
 
+@app.task(retries=0)
+def after(tag: str) -> None:
+    """The second step of the zombie flow test: records this process's pid under
+    ``after`` (it must run once, after the first step's owner settled it)."""
+    app.client().rpush(record_key("after"), str(os.getpid()))
+
+
 # Catastrophic backtracking: re holds the GIL all along (about 5 s on a quiet machine
 # here, more on a busy one), so no other thread of the process runs meanwhile.
 GREEDY = re.compile(r"(a+)+$")

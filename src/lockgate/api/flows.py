@@ -35,9 +35,12 @@ from lockgate.errors import (
     JobCancelled,
     JobFailed,
     ResultUnavailable,
+    SerializationError,
     StepDone,
 )
 
+# A flow's jobs are named <flow id>.<n>, within a job id's limit.
+MAX_FLOW_ID_BYTES = codec.MAX_JOB_ID_BYTES - 16
 FlowState = Literal["waiting", "running", "done", "failed", "cancelled", "unknown"]
 
 
@@ -197,6 +200,10 @@ class FlowOps:
                 limit in a flow of a partitioned namespace.
         """
         name = os.urandom(16).hex() if flow_id is None else codec.check_job_id(flow_id)
+        if len(name.encode()) > MAX_FLOW_ID_BYTES:  # its jobs' ids add ".<n>"
+            raise SerializationError(
+                f"flow_id {name[:40]!r}... is longer than {MAX_FLOW_ID_BYTES} bytes"
+            )
         planned = flows.plan(flow, name)
         if self._app.partitions > 1:
             for node in planned.nodes:
