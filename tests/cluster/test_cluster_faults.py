@@ -19,7 +19,7 @@ from redis.crc import key_slot
 
 from cluster.ledger import JOBS, MOST_AT_ONCE, build, check, enqueue_jobs, serve_through
 from clusters import LocalCluster, Node, replicated, wait_for
-from lockgate import App
+from lockgate import App, group
 from lockgate.integrations.embedded import bundled_binary
 
 pytestmark = pytest.mark.chaos
@@ -138,6 +138,32 @@ async def test_cluster_failover_with_keyed_jobs_holding_slots(
         assert [client.zcard(name) for name in slots] == [0, 0, 0]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_cluster_failover_under_a_flow(
+    cluster: LocalCluster, ledger: str, partitions: int
+) -> None:
+    """A group of JOBS - 1 jobs with a callback (the last job), served through a failover
+    of the primary that serves the flow: every effect once, the callback started only
+    after every member had started, the flow done."""
+    app, started = build(cluster.seeds, ledger, partitions)
+    pay = app.tasks["pay"]
+    flow = group(*(pay.message(n) for n in range(JOBS - 1))).then(pay.message(JOBS - 1))
+    result = app.enqueue_flow(flow, flow_id="chord")
+    key = app.store.flows.keys("chord").prefix
+    _, replica = owner_of(cluster, key)
+    namespace_url = cluster.seeds
+
+    served = await serve_through(app, ledger, failover_to(cluster, replica, key), after=JOBS // 4)
+    check(f"CLUSTER FAILOVER under a flow, partitions={partitions}", served, started)
+    runs = started()
+    assert set(runs[: runs.index(JOBS - 1)]) == set(range(JOBS - 1))
+    reader = App(namespace_url, namespace=app.namespace, partitions=partitions)
+    try:
+        assert reader.flow(result.flow_id).state == "done"
+    finally:
+        reader.close()
 
 
 async def test_sigkill_of_the_namespaces_primary(cluster: LocalCluster, ledger: str) -> None:
