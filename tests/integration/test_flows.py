@@ -229,6 +229,28 @@ async def test_cancel_flow_leaves_no_job_behind(make_app: Callable[..., App], ba
     assert app.cancel_flow("no-such-flow") == 0
 
 
+async def test_cancelling_one_waiting_job_of_a_flow_cancels_the_flow(
+    make_app: Callable[..., App],
+) -> None:
+    """app.cancel of a waiting job of a flow: the jobs that wait for it can never run,
+    so the flow reads cancelled instead of hanging, and nothing of it runs."""
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        runs.append(n)
+
+    result = app.enqueue_flow(group(work.message(0), work.message(1)).then(work.message(2)))
+    assert await app.cancel_async(result.job_ids[0])
+    assert app.flow(result.flow_id).state == "cancelled"
+    async with running(worker_for(app, concurrency=2)):
+        await asyncio.sleep(0.3)
+    assert runs == []
+    assert [job.state for job in app.flow(result.flow_id).jobs] == ["cancelled"] * 3
+    assert app.cancel("plain.7") is False  # an id that names no flow: nothing to do
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_finished_flow_keys_expire_after_flow_ttl(
     make_app: Callable[..., App], backend: str

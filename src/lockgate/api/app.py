@@ -490,12 +490,18 @@ class App:
         Raises:
             ConnectionFailed: Redis cannot be reached.
         """
-        return self.store.jobs.cancel(job_id, *self._cancel_record(job_id)) == "cancelled"
+        if self.store.jobs.cancel(job_id, *self._cancel_record(job_id)) != "cancelled":
+            return False
+        self._flows.job_cancelled(job_id)  # a flow job's dependents will not run then
+        return True
 
     async def cancel_async(self, job_id: str) -> bool:
         """Async [cancel][lockgate.App.cancel]."""
         ended = await self.store.jobs.cancel_async(job_id, *self._cancel_record(job_id))
-        return ended == "cancelled"
+        if ended != "cancelled":
+            return False
+        await self._flows.job_cancelled_async(job_id)
+        return True
 
     def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any:
         """Wait for a job to end and return its result (see

@@ -272,7 +272,7 @@ class FlowOps:
         record = self._app.store.flows.read(flow_id)
         if record is None:
             return FlowInfo(flow_id, "unknown")
-        asked = {p: self._app.job(flows.job_id(flow_id, p)).status for p in _ask(record)}
+        asked = {p: self._app.job(flows.job_id(flow_id, p)).status for p in _queued(record)}
         return _info(flow_id, record, asked)
 
     async def info_async(self, flow_id: str) -> FlowInfo:
@@ -283,7 +283,7 @@ class FlowOps:
         if record is None:
             return FlowInfo(flow_id, "unknown")
         asked = {}
-        for p in _ask(record):
+        for p in _queued(record):
             asked[p] = (await self._app.job_async(flows.job_id(flow_id, p))).status
         return _info(flow_id, record, asked)
 
@@ -348,6 +348,25 @@ class FlowOps:
 
     # cancelling
 
+    def job_cancelled(self, job_id: str) -> None:
+        """A job cancelled while it waited: when it was a job of a live flow, the jobs
+        that wait for it can never run, so the flow is cancelled (nothing hangs)."""
+        flow_id = _flow_of(job_id)
+        if flow_id is None:
+            return
+        summary = self._app.store.flows.summary(flow_id)
+        if summary.total > flows.position_of(job_id, flow_id) and not summary.cancelled:
+            self.cancel(flow_id)
+
+    async def job_cancelled_async(self, job_id: str) -> None:
+        """Async :meth:`job_cancelled`."""
+        flow_id = _flow_of(job_id)
+        if flow_id is None:
+            return
+        summary = await self._app.store.flows.summary_async(flow_id)
+        if summary.total > flows.position_of(job_id, flow_id) and not summary.cancelled:
+            await self.cancel_async(flow_id)
+
     def cancel(self, flow_id: str) -> int:
         """[App.cancel_flow][lockgate.App.cancel_flow]."""
         store = self._app.store
@@ -369,6 +388,12 @@ class FlowOps:
         for p in _queued(record):
             cancelled += await self._app.cancel_async(flows.job_id(flow_id, p))
         return int(dropped) + cancelled
+
+
+def _flow_of(job_id: str) -> str | None:
+    """The flow a job's id names (``<flow>.<n>``), if it names one."""
+    flow_id, dot, position = job_id.rpartition(flows.SEPARATOR)
+    return flow_id if dot and flow_id and position.isdigit() else None
 
 
 def _done(end: JobInfo | None) -> bool:
@@ -424,11 +449,6 @@ def _queued(record: FlowRecord) -> list[int]:
     ]  # fmt: skip
 
 
-def _ask(record: FlowRecord) -> list[int]:
-    """The jobs whose state only their own records tell."""
-    return [] if record.cancelled and not _queued(record) else _queued(record)
-
-
 def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, Status]) -> FlowInfo:
     jobs = []
     for p in range(record.total):
@@ -440,7 +460,9 @@ def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, Status]) -> Flow
         elif p in record.held:
             state = "cancelled" if record.cancelled else "waiting"
         else:
-            state = asked.get(p, "cancelled" if record.cancelled else "unknown")
+            state = asked.get(p, "unknown")
+            if record.cancelled and state == "unknown":  # dropped before it was queued
+                state = "cancelled"
         parents = record.parents.get(p, [])
         task = record.tasks[p] if p < len(record.tasks) else ""
         jobs.append(
