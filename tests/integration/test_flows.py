@@ -318,7 +318,8 @@ def test_eager_flow_runs_inline_in_order(make_app: Callable[..., App]) -> None:
     @app.task
     def node(name: str) -> str:
         order.append(name)
-        return name + ":" + ",".join(map(str, current_job().parent_results()))
+        same = current_job().run_step("same", str.lower, name)
+        return same + ":" + ",".join(map(str, current_job().parent_results()))
 
     with app.eager():
         result = app.enqueue_flow(
