@@ -3,9 +3,9 @@
 Each command lives in a module of its own (:mod:`~lockgate.cli.worker`,
 :mod:`~lockgate.cli.enqueue`, :mod:`~lockgate.cli.stats`, :mod:`~lockgate.cli.dlq`,
 :mod:`~lockgate.cli.pg`, :mod:`~lockgate.cli.demo`, :mod:`~lockgate.cli.dashboard`,
-:mod:`~lockgate.cli.queue`) and takes what it shares with the others from
-:mod:`~lockgate.cli.common` and :mod:`~lockgate.cli.options`; none imports this module,
-which imports them all.
+:mod:`~lockgate.cli.queue`, :mod:`~lockgate.cli.flow`) and takes what it shares with the
+others from :mod:`~lockgate.cli.common` and :mod:`~lockgate.cli.options`; none imports
+this module, which imports them all.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from lockgate.cli.dashboard import dashboard
 from lockgate.cli.demo.command import demo
 from lockgate.cli.dlq import dlq
 from lockgate.cli.enqueue import enqueue
+from lockgate.cli.flow import flow
 from lockgate.cli.options import effective_log_level, log_level_option
 from lockgate.cli.pg import pg
 from lockgate.cli.queue import queue
@@ -35,5 +36,5 @@ def main() -> None:
     logging.basicConfig(level=effective_log_level(), format=LOG_FORMAT)
 
 
-for command in (worker, enqueue, stats, dlq, pg, demo, dashboard, queue):
+for command in (worker, enqueue, stats, dlq, pg, demo, dashboard, queue, flow):
     main.add_command(command)

@@ -4,7 +4,8 @@ Routes (relative to where the app is served or mounted):
 
 - ``GET /`` the overview: per queue and level the counts, throughput and wait times,
   paused queues, live workers; ``GET /dead`` and ``GET /dead/{id}`` dead letters;
-  ``GET /delayed`` delayed jobs; ``GET /jobs?id=ID`` a job's status.
+  ``GET /delayed`` delayed jobs; ``GET /jobs?id=ID`` a job's status (and its flow);
+  ``GET /flows/{id}`` a flow's state and jobs, ``GET /flows?id=ID`` the way there.
 - ``POST /do/{action}`` every change (replay, purge, pause, resume, cancel; see
   :mod:`lockgate.dashboard.actions`): it answers with a confirmation page first, and acts
   only on the confirmation's own POST.
@@ -57,8 +58,8 @@ from lockgate.dashboard.security import (
     token_matches,
 )
 from lockgate.dashboard.throttle import LoginThrottle, client_key
-from lockgate.errors import ConfigError, LockgateError
-from lockgate.ops import deadletter
+from lockgate.errors import AccessDenied, ConfigError, LockgateError
+from lockgate.ops import deadletter, flows
 from lockgate.ops.delayed import delayed_jobs
 
 log = get_logger(__name__)
@@ -148,6 +149,8 @@ class Dashboard:
             Route("/dead/{entry_id:path}", page(self.letter), name="letter"),
             Route("/delayed", page(self.delayed), name="delayed"),
             Route("/jobs", page(self.job), name="job"),
+            Route("/flows", page(self.flow_lookup), name="flows"),
+            Route("/flows/{flow_id:path}", page(self.flow), name="flow"),
             Route("/do/{action}", page(self.act), methods=["POST"], name="act"),
             Route("/login", self.login_form, name="login"),
             Route("/login", self.login, methods=["POST"], name="login_post"),
@@ -320,7 +323,35 @@ class Dashboard:
         """Look a job up by id (``?id=``)."""
         job_id = request.query_params.get("id", "").strip()[:MAX_ID]
         info = await self.app.job_async(job_id) if job_id else None
-        return self._render(request, "job.html", {"job_id": job_id, "info": info})
+        flow_id = await self._flow_of(job_id) if job_id else None
+        context = {"job_id": job_id, "info": info, "flow_id": flow_id}
+        return self._render(request, "job.html", context)
+
+    async def _flow_of(self, job_id: str) -> str | None:
+        """The flow of job ``job_id`` (see :func:`lockgate.ops.flows.flow_of_job`); None
+        also when the user may not read flows: the link is an extra, the job page is not."""
+        try:
+            return await run_in_threadpool(flows.flow_of_job, self.app, job_id)
+        except AccessDenied as e:
+            log.warning("dashboard: no flow link for job %r: %s", job_id, e)
+            return None
+
+    async def flow_lookup(self, request: Request) -> Response:
+        """The flow lookup form; ``?id=`` goes to that flow's page."""
+        flow_id = request.query_params.get("id", "").strip()[:MAX_ID]
+        if flow_id:
+            page = f"{self._base(request)}/flows/{quote(flow_id, safe='')}"
+            return RedirectResponse(page, status_code=303)
+        return self._render(request, "flow.html", {"flow_id": "", "view": None})
+
+    async def flow(self, request: Request) -> Response:
+        """A flow: its state and its jobs, each dead one with its dead letter."""
+        flow_id = str(request.path_params["flow_id"])[:MAX_ID]
+        if not flow_id:
+            return RedirectResponse(f"{self._base(request)}/flows", status_code=303)
+        view = await run_in_threadpool(flows.flow_view, self.app, flow_id)
+        status = 404 if view.info.state == "unknown" else 200
+        return self._render(request, "flow.html", {"flow_id": flow_id, "view": view}, status)
 
     # actions
 
