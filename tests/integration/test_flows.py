@@ -389,3 +389,20 @@ async def test_a_flow_its_producer_left_half_queued_is_finished_by_workers(
     async with running(worker_for(app, concurrency=16)):
         assert await result.result_async(timeout=30) == list(range(total))
     assert sorted(runs) == list(range(total))
+
+
+async def test_a_partitioned_chain_does_not_wait_for_idle_workers_to_look_again(
+    make_app: Callable[..., App],
+) -> None:
+    """With partitions > 1 idle workers wait on wake-up lists, not on the streams: the
+    settle that queues a chain's next step wakes them, so six steps take far less than
+    one idle wait (30 s) each."""
+    app = make_app(partitions=4)
+
+    @app.task
+    async def hop(n: int) -> int:
+        return n
+
+    result = app.enqueue_flow(chain(*(hop.message(n) for n in range(6))))
+    async with running(worker_for(app, concurrency=1, idle_wait=30.0)):
+        assert await result.result_async(timeout=20) == 5

@@ -327,6 +327,14 @@ class Store:
             except LockgateError as e:
                 _wakeup_failed(e)
 
+    async def wake_idle_async(self, counts: Mapping[str, int]) -> None:
+        """Async :meth:`wake_idle` (after a settle queued jobs of a flow)."""
+        if (call := self._wakeup_call(counts)) is not None:
+            try:
+                await self.run_async([call])
+            except LockgateError as e:
+                _wakeup_failed(e)
+
     def _wakeup_call(self, counts: Mapping[str, int]) -> ScriptCall | None:
         """The call that pushes ``counts`` (queue -> items) to the wake-up lists."""
         if not counts or not self.layout.partitioned:

@@ -191,6 +191,7 @@ class Settler:
             self._inflight = []
         failed: list[tuple[Ending, ScriptCall]] = []
         faults: list[LockgateError] = []
+        queued = 0  # jobs of flows these settles queued
         for (ending, call), reply in zip(batch, replies, strict=True):
             if isinstance(reply, LockgateError):
                 if classify(reply) != "fatal":
@@ -200,6 +201,9 @@ class Settler:
                 failed.append((ending, call))
                 continue
             self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
+            queued += int(reply[2]) if len(reply) > 2 else 0
+        if queued:  # idle workers of a partitioned namespace wait on wake-up lists
+            await self._app.store.wake_idle_async(dict.fromkeys(self._app.queues, queued))
         self._queue = failed + self._queue
         for error in faults:
             if classify(error) == "fatal":

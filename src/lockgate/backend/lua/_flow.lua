@@ -19,7 +19,8 @@
 --   the flow is failed, its waiting jobs stay held (a replay resumes
 --   it); its keys live at least as long as the dead letter (dead_age_ms, 0: no limit).
 --   'c' cancelled (or expired): the flow is cancelled, its held jobs dropped.
---   A flow whose record is gone (expired) is not written again.
+--   A flow whose record is gone (expired) is not written again. Returns how many jobs it
+--   queued.
 local flow_enqueuers = {enqueue_stream = script_enqueue_stream,
   enqueue_sorted = script_enqueue_sorted}
 local FLOW_PARTS = {'held', 'wait', 'parents', 'children', 'results', 'done', 'dead', 'roots'}
@@ -58,10 +59,11 @@ local function flow_drop_held(base)
 end
 
 local function flow_settled(base, position, action, result, dead_age)
-  if redis.call('EXISTS', base) == 0 then return end
+  local released = 0
+  if redis.call('EXISTS', base) == 0 then return released end
   local ttl = redis.call('HGET', base, 'ttl')
   if action == 'o' then
-    if redis.call('SADD', base .. ':done', position) == 0 then return end
+    if redis.call('SADD', base .. ':done', position) == 0 then return released end
     local revived = redis.call('SREM', base .. ':dead', position) == 1
     if revived then redis.call('HDEL', base .. ':results', 'e' .. position) end
     if result and result ~= '' then redis.call('HSET', base .. ':results', position, result) end
@@ -70,7 +72,7 @@ local function flow_settled(base, position, action, result, dead_age)
       for child in string.gmatch(children, '%d+') do
         if redis.call('HINCRBY', base .. ':wait', child, -1) <= 0 then
           redis.call('HDEL', base .. ':wait', child)
-          flow_release(base, child)
+          released = released + flow_release(base, child)
         end
       end
     end
@@ -91,4 +93,5 @@ local function flow_settled(base, position, action, result, dead_age)
     flow_drop_held(base)
     flow_expire(base, ttl)
   end
+  return released
 end

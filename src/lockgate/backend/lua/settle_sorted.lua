@@ -28,7 +28,8 @@
 --          worker whose lease lapsed (paused, cut off) finds another token and touches
 --          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
 --          _settle_claim.lua.
--- Returns: {1 when the take was ours and settled else 0, 1 when the claim action applied}
+-- Returns: {1 when the take was ours and settled else 0, 1 when the claim action applied,
+--          and for a flow's job how many jobs of its flow it queued}
 --#include _clock
 --#include _settle_claim
 --#include _dead_letter
@@ -39,7 +40,7 @@
 local flow_action, flow_position = string.match(ARGV[21] or '', 'f(%a)(%d+)')
 local flow = flow_action and table.remove(KEYS)  -- the last key: not a claim's
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
-local owned = 0
+local owned, released = 0, 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     and redis.call('ZSCORE', KEYS[1], id) then
   owned = 1
@@ -68,9 +69,10 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
       debounce_next_sorted(KEYS[9], id, {payloads = KEYS[2], ranks = KEYS[3], delayed = KEYS[6]},
         KEYS[8])
     end
-    if flow then flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
+    if flow then released = flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
   end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
   ARGV[8], ARGV[9])
+if flow then return {owned, claimed, released} end
 return {owned, claimed}

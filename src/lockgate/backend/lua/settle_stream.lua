@@ -33,7 +33,8 @@
 --          its bucket, and the older forms with legacy_markers; release; keep).
 -- Order: XACK first. Under maxmemory with noeviction Redis refuses a script's first
 -- memory-growing write but lets a script that already wrote finish, so ack before add.
--- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied}
+-- Returns: {1 when the entry was ours and settled else 0, 1 when the claim action applied,
+--          and for a flow's job how many jobs of its flow it queued}
 --#include _clock
 --#include _settle_claim
 --#include _dead_letter
@@ -45,7 +46,7 @@ local flow_action, flow_position = string.match(ARGV[21] or '', 'f(%a)(%d+)')
 local flow = flow_action and table.remove(KEYS)  -- the last key: not a claim's
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local owned = 0
+local owned, released = 0, 0
 -- A stream or group that is gone (FLUSHALL, a restart without persistence): not ours.
 local row = redis.pcall('XPENDING', stream, group, id, id, 1)
 if row.err then row = {} end
@@ -68,9 +69,10 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
     if string.find(flags, 'd', 1, true) then debounce_next(marker, ARGV[17], wake) end
-    if flow then flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
+    if flow then released = flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
   end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
   ARGV[9], ARGV[10])
+if flow then return {owned, claimed, released} end
 return {owned, claimed}
