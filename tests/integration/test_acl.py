@@ -230,6 +230,66 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
 
 # A partitioned namespace's user also needs its tags' keys and the wake-up lists' commands.
 PARTITIONED = ("+blpop", "+rpush", "+ltrim")
+# What workflows add (docs/operations.md, "An ACL user"): the flow scripts' set, list
+# and hash commands, and the reads of App.flow and FlowResult.result.
+FLOWS = (
+    "+sadd", "+srem", "+scard", "+smembers", "+hlen", "+hkeys", "+hgetall", "+hmget",
+    "+hincrby", "+llen", "+lpop", "+rpush", "+rename", "+persist",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_flows_run_as_the_restricted_user_with_the_flow_commands(
+    server: PrivateRedis, fresh_namespace: str, backend: str
+) -> None:
+    """A chord, a dead member replayed, a cancelled flow and the flow's page, as the
+    documented user with the flow commands: nothing refused, each of them used."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from lockgate import chain, group
+    from lockgate.dashboard import create_app
+    from lockgate.ops import deadletter
+
+    commands = (*(COMMANDS if backend == "sorted" else STREAMS_COMMANDS), *FLOWS)
+    url = add_user(server, "flows", fresh_namespace, tuple(dict.fromkeys(commands)))
+    app = App(redis_url=url, namespace=fresh_namespace, backend=backend)
+    broken = {"yes": True}
+    server.client.config_resetstat()
+
+    @app.task(retries=0)
+    async def member(n: int) -> int:
+        if n == 3 and broken["yes"]:
+            raise ValueError("not yet")
+        return n
+
+    @app.task
+    async def total() -> int:
+        return sum(current_job().parent_results())
+
+    try:
+        flow = group(*(member.message(n) for n in range(5))).then(total.message())
+        result = await app.enqueue_flow_async(flow, flow_id="chord")
+        doomed = await app.enqueue_flow_async(chain(member.message(0), total.message()))
+        assert await app.cancel_flow_async(doomed.flow_id) == 2
+        worker = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
+        await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+        assert (await app.flow_async("chord")).state == "failed"
+        broken["yes"] = False
+        letters = [x for x in deadletter.list_dead(app) if x.job_id == "chord.3"]
+        assert [r.outcome for r in deadletter.replay(app, letters)] == ["enqueued"]
+        again = Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0))
+        await asyncio.wait_for(again.run(burst=True), RUN_TIMEOUT)
+        assert await result.result_async(timeout=10) == 10
+        with TestClient(
+            create_app(app, read_only=True), base_url="http://127.0.0.1:8700",
+            client=("127.0.0.1", 50000),
+        ) as client:  # fmt: skip
+            assert client.get("/flows/chord").status_code == 200
+    finally:
+        await close(app)
+    assert refusals(server) == []
+    assert uncalled(server, FLOWS) == set()
 
 
 async def test_a_partitioned_namespace_runs_as_the_restricted_user(
