@@ -166,6 +166,7 @@ KEPT_SECTIONS = (
     "## Partitions on a 3-primary cluster",
     "## Regression gate",
     "## Fair shares inside a level (benchmarks.fairness)",
+    "## Workflows (benchmarks.flows)",
 )
 
 
