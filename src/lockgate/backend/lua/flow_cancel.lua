@@ -8,8 +8,9 @@
 --#include _flow
 local base = KEYS[1]
 if redis.call('EXISTS', base) == 0 then return -1 end
-local dropped = flow_drop_held(base)
+local flow = flow_lib()
+local dropped = flow.drop_held(base)
 redis.call('HSET', base, 'cancelled', '1')
 redis.call('ZREM', KEYS[2], ARGV[1])
-flow_expire(base, redis.call('HGET', base, 'ttl'))
+flow.expire(base, redis.call('HGET', base, 'ttl'))
 return dropped

@@ -21,17 +21,19 @@ if redis.call('EXISTS', base) == 1 then
   local ours = redis.call('HGET', base, 'token') == ARGV[6]
   return {ours and 1 or 0, redis.call('LLEN', base .. ':roots')}
 end
-if redis.call('EXISTS', stage .. ':held') == 0 then return {0, -1} end
+if redis.call('EXISTS', stage .. ':roots') == 0 then return {0, -1} end
 for _, part in ipairs(parts) do
   if redis.call('EXISTS', stage .. ':' .. part) == 1 then
     redis.call('RENAME', stage .. ':' .. part, base .. ':' .. part)
     redis.call('PERSIST', base .. ':' .. part)
   end
 end
-redis.call('HSET', base, 'total', ARGV[2], 'ttl', ARGV[3], 'shape', ARGV[5], 'token', ARGV[6],
+redis.call('HSET', base, 'total', ARGV[2], 'left', ARGV[2], 'ttl', ARGV[3], 'shape', ARGV[5], 'token', ARGV[6],
   'tasks', ARGV[7], 'created', string.format('%.0f', now_ms()))
-local first = redis.call('LPOP', base .. ':roots', ARGV[4]) or {}
-for _, position in ipairs(first) do flow_release(base, position) end
+local flow = flow_lib()
+for _, record in ipairs(redis.call('LPOP', base .. ':roots', ARGV[4]) or {}) do
+  flow.queue(record)
+end
 local left = redis.call('LLEN', base .. ':roots')
 if left > 0 then redis.call('ZADD', KEYS[3], string.format('%.0f', now_ms()), ARGV[1]) end
 return {1, left}

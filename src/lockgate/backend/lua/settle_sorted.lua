@@ -69,7 +69,8 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
       debounce_next_sorted(KEYS[9], id, {payloads = KEYS[2], ranks = KEYS[3], delayed = KEYS[6]},
         KEYS[8])
     end
-    if flow then released = flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
+    if flow then released = flow_lib().settled(flow, flow_position, flow_action, ARGV[22],
+      ARGV[14]) end
   end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],

@@ -69,7 +69,8 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
     if string.find(flags, 'd', 1, true) then debounce_next(marker, ARGV[17], wake) end
-    if flow then released = flow_settled(flow, flow_position, flow_action, ARGV[22], ARGV[14]) end
+    if flow then released = flow_lib().settled(flow, flow_position, flow_action, ARGV[22],
+      ARGV[14]) end
   end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
