@@ -1,0 +1,728 @@
+"""Review of the workflows feature: scenarios where a flow hangs for ever, a job of it is
+never queued, or a key of a finished, failed or cancelled flow is left without a TTL;
+and API answers that contradict docs/flows.md.
+
+Each test states the scenario and what the promise says should happen; a test that fails
+shows the problem today.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import running, wait_until, worker_for
+from lockgate import (
+    App,
+    ConnectionFailed,
+    JobFailed,
+    OutcomeUnknown,
+    RetryableError,
+    chain,
+    current_job,
+    group,
+)
+from lockgate.backend import flow_store
+from lockgate.backend.keys import Keys
+from lockgate.ops import deadletter, queues
+
+BACKENDS = ["streams", "sorted"]
+
+
+def known_bug(reason: str) -> pytest.MarkDecorator:
+    """A problem the review found, failing today: strict xfail, so the suite stays green
+    and a fix turns it into an XPASS failure (drop the marker then). See them fail with
+    ``pytest tests/integration/test_flows_review.py --runxfail``."""
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def _flow_keys_without_ttl(app: App, flow_id: str) -> list[str]:
+    """The flow's keys that exist and have no TTL (PTTL -1)."""
+    client = app.client()
+    keys = app.store.flows.keys(flow_id).flow_keys(flow_id)
+    return [k for k in keys if client.exists(k) and client.pttl(k) == -1]
+
+
+async def _letter(app: App, job_id: str) -> deadletter.DeadLetter:
+    await wait_until(
+        lambda: any(x.job_id == job_id for x in deadletter.list_dead(app, 100)), timeout=20
+    )
+    (letter,) = [x for x in deadletter.list_dead(app, 100) if x.job_id == job_id]
+    return letter
+
+
+# 1. Replaying one of two dead members persists every key of a flow that stays failed.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_replaying_one_of_two_dead_members_keeps_the_failed_flow_expiring(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    """group(a, b, c).then(d) with a and b dead-lettered. The operator replays a only
+    (b's letter is left to age out). a succeeds: flow_settled sees 'revived' and calls
+    flow_persist, so every key of a flow that is still failed (b dead) loses its TTL and
+    lives for ever. Expected: a flow with a job still dead keeps an expiry. (Fixed by
+    e4d67d5, which persists only once no job is dead: kept as a regression test.)"""
+    app = make_app(backend=backend, dead_letter_max_age=60.0)
+    broken = {"a": True, "b": True}
+
+    @app.task(retries=0)
+    async def member(name: str) -> str:
+        if broken.get(name):
+            raise ValueError(f"{name} is broken")
+        return name
+
+    @app.task
+    async def callback() -> None: ...
+
+    flow = group(member.message("a"), member.message("b"), member.message("c"))
+    result = app.enqueue_flow(flow.then(callback.message()), flow_id="two-dead")
+    async with running(worker_for(app, concurrency=4)):
+        with pytest.raises(JobFailed):
+            await result.result_async(timeout=20)
+        await wait_until(lambda: app.store.flows.summary("two-dead").dead == 2, timeout=20)
+        assert _flow_keys_without_ttl(app, "two-dead") == []  # failed: expiring
+        broken["a"] = False
+        deadletter.replay(app, [await _letter(app, "two-dead.0")])
+        await wait_until(lambda: app.store.flows.summary("two-dead").done == 2, timeout=20)
+    assert app.flow("two-dead").state == "failed"  # b is still dead
+    assert _flow_keys_without_ttl(app, "two-dead") == []
+
+
+@known_bug("_flow.lua: 'revived and failed == 0' persists a cancelled flow")
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_replaying_a_dead_member_of_a_cancelled_flow_keeps_it_expiring(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    """A member dead-lettered, then the flow cancelled (its keys get flow_ttl), then the
+    member's letter replayed: it succeeds, 'revived' persists every key of the cancelled
+    flow, which then never expires."""
+    app = make_app(backend=backend, dead_letter_max_age=60.0)
+    broken = {"b": True}
+
+    @app.task(retries=0)
+    async def member(name: str) -> str:
+        if broken.get(name):
+            raise ValueError(f"{name} is broken")
+        return name
+
+    @app.task
+    async def callback() -> None: ...
+
+    flow = group(member.message("a"), member.message("b")).then(callback.message())
+    result = app.enqueue_flow(flow, flow_id="dead-then-cancelled")
+    async with running(worker_for(app, concurrency=4)):
+        with pytest.raises(JobFailed):
+            await result.result_async(timeout=20)
+        app.cancel_flow("dead-then-cancelled")
+        assert app.flow("dead-then-cancelled").state == "cancelled"
+        assert _flow_keys_without_ttl(app, "dead-then-cancelled") == []
+        broken["b"] = False
+        deadletter.replay(app, [await _letter(app, "dead-then-cancelled.1")])
+        await wait_until(
+            lambda: app.store.flows.summary("dead-then-cancelled").done == 2, timeout=20
+        )
+    assert app.flow("dead-then-cancelled").state == "cancelled"
+    assert _flow_keys_without_ttl(app, "dead-then-cancelled") == []
+
+
+# 2. A failed flow in an App that keeps dead letters without an age limit never expires.
+
+
+@known_bug("_flow.lua 'x': no TTL without a dead-letter age")
+async def test_a_failed_flow_expires_when_dead_letters_have_no_age_limit(
+    make_app: Callable[..., App],
+) -> None:
+    """App(dead_letter_max_age=None) (dead letters trimmed by count only, or purged by
+    hand): a dead member's 'x' keeps the flow's (absent) expiry, so a failed flow's keys
+    live for ever, even after its letter was trimmed or purged."""
+    app = make_app(dead_letter_max_age=None, flow_ttl=60.0)
+
+    @app.task(retries=0)
+    async def fails() -> None:
+        raise ValueError("down")
+
+    @app.task
+    async def after() -> None: ...
+
+    result = app.enqueue_flow(chain(fails.message(), after.message()), flow_id="no-age")
+    async with running(worker_for(app, concurrency=2)):
+        with pytest.raises(JobFailed):
+            await result.result_async(timeout=20)
+    assert deadletter.purge(app) == 1  # nothing can resume it now
+    assert _flow_keys_without_ttl(app, "no-age") == []
+
+
+# 3. Jobs of a flow removed without a settle: the flow hangs for ever, with no TTL.
+
+
+@known_bug("purge removes flow jobs without moving the flow")
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_purging_a_waiting_job_of_a_flow_ends_the_flow(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    """queues.purge deletes a flow's first job while it waits: nothing settles it, so the
+    flow stays 'waiting' for ever, result() never returns, and none of its keys expires."""
+    app = make_app(backend=backend, flow_ttl=60.0)
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    result = app.enqueue_flow(chain(work.message(0), work.message(1)), flow_id="purged")
+    assert await queues.purge(app, "default") == 1
+    async with running(worker_for(app, concurrency=2)):
+        await asyncio.sleep(0.5)
+    assert app.flow("purged").state in ("cancelled", "failed")
+    assert _flow_keys_without_ttl(app, "purged") == []
+    with pytest.raises(Exception) as ended:
+        result.result(timeout=2)
+    assert not isinstance(ended.value, TimeoutError)
+
+
+@known_bug("App.cancel: job and flow cancelled in two round trips")
+async def test_app_cancel_retried_after_a_lost_second_round_trip_cancels_the_flow(
+    make_app: Callable[..., App],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """app.cancel(job of a flow) is two steps: cancel_job.lua removes the job, then a
+    separate summary read + flow_cancel call cancels the flow. When the connection drops
+    between them, app.cancel raises; the caller retries, the job is gone, app.cancel
+    returns False and never reaches the flow: its waiting jobs are held for ever, the
+    flow reads 'waiting' and has no TTL."""
+    app = make_app(flow_ttl=60.0)
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    result = app.enqueue_flow(group(work.message(0), work.message(1)).then(work.message(2)))
+    flows_store = app.store.flows
+    real = flows_store.summary
+    calls = {"n": 0}
+
+    def flaky(flow_id: str) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionFailed("redis://127.0.0.1:6379", "connection reset")
+        return real(flow_id)
+
+    monkeypatch.setattr(flows_store, "summary", flaky)
+    with pytest.raises(ConnectionFailed):
+        app.cancel(result.job_ids[0])
+    assert app.cancel(result.job_ids[0]) is False  # the retry: the job is gone already
+    assert app.flow(result.flow_id).state == "cancelled"
+    assert _flow_keys_without_ttl(app, result.flow_id) == []
+
+
+# 4. A plain job named like a held job of a flow: the flow's job is never queued.
+
+
+@known_bug("flow_release ignores the enqueue's 'id taken' reply")
+async def test_a_plain_job_named_like_a_flow_job_does_not_swallow_it(
+    make_app: Callable[..., App],
+) -> None:
+    """Flow 'fx' = chain(a, b): b is held as 'fx.1'. A plain job enqueued meanwhile with
+    job_id='fx.1' (delayed) takes the id: when a succeeds, flow_release HDELs b and runs
+    its enqueue call, which finds the id taken and adds nothing; flow_release still
+    counts it queued. b never runs, the flow never ends and never expires."""
+    app = make_app()
+    ran: list[str] = []
+
+    @app.task
+    async def step(name: str) -> None:
+        ran.append(name)
+
+    @app.task
+    async def other() -> None: ...
+
+    result = app.enqueue_flow(chain(step.message("a"), step.message("b")), flow_id="fx")
+    assert other.enqueue(job_id="fx.1", delay=60).created  # nothing refuses the name
+    async with running(worker_for(app, concurrency=2)):
+        await wait_until(lambda: "a" in ran, timeout=20)
+        await asyncio.sleep(1.0)
+    assert ran == ["a", "b"], f"b never ran; the flow reads {app.flow('fx').state!r}"
+    assert result.result(timeout=1) is None
+
+
+@known_bug("job_cancelled parses the id instead of reading Job.flow")
+async def test_cancelling_a_plain_job_whose_id_looks_like_a_flow_job_leaves_the_flow_be(
+    make_app: Callable[..., App],
+) -> None:
+    """App.cancel parses any id '<x>.<digits>' as a job of flow <x>: cancelling the plain
+    job 'report.3' cancels the unrelated, live flow 'report' (its job 3 is held, so the
+    id was free)."""
+    app = make_app()
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    flow = chain(*(work.message(n) for n in range(5)))
+    app.enqueue_flow(flow, flow_id="report")
+    plain = work.enqueue(42, job_id="report.3")
+    assert plain.created
+    assert app.cancel("report.3")
+    assert app.flow("report").state == "waiting"
+
+
+# 5. Partitioned namespaces: an enqueue_flow does not wake idle workers.
+
+
+@known_bug("enqueue_flow pushes no wake-up items")
+async def test_partitioned_enqueue_flow_wakes_idle_workers(make_app: Callable[..., App]) -> None:
+    """With partitions > 1 idle workers block on wake-up lists. app.enqueue_many pushes
+    them; enqueue_flow (flow_commit queueing the roots by the enqueue bodies) does not,
+    so a flow enqueued while workers idle waits until a worker looks again by itself."""
+    app = make_app(partitions=4)
+
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    async with running(worker_for(app, concurrency=2, idle_wait=30.0)):
+        await asyncio.sleep(1.5)  # the worker found nothing and waits on its lists
+        started = time.monotonic()
+        result = await app.enqueue_flow_async(group(work.message(1), work.message(2)))
+        assert await result.result_async(timeout=10) == [1, 2]
+        took = time.monotonic() - started
+        # A plain enqueue_many here: about 0.01 s. The flow: 0.7 to 2.7 s (until the
+        # worker's loop looks again by itself), up to idle_wait.
+        assert took < 0.5, f"the flow's first jobs waited {took:.2f} s for an idle worker"
+
+
+# 6. API answers.
+
+
+@known_bug("flow_cancel.lua marks a done flow cancelled")
+async def test_cancel_flow_of_a_done_flow_leaves_it_done(make_app: Callable[..., App]) -> None:
+    """cancel_flow on a flow that ended done cancels nothing (it returns 0), yet marks
+    it cancelled: its state flips to 'cancelled' and result() raises JobCancelled instead
+    of returning the result it had."""
+    app = make_app()
+
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    result = app.enqueue_flow(chain(work.message(1), work.message(2)), flow_id="finished")
+    async with running(worker_for(app, concurrency=2)):
+        assert await result.result_async(timeout=20) == 2
+    assert app.cancel_flow("finished") == 0
+    assert app.flow("finished").state == "done"
+    assert result.result(timeout=1) == 2
+
+
+@known_bug("flow_state: a delayed retry reads 'waiting'")
+async def test_a_flow_whose_first_job_waits_for_its_retry_is_running(
+    make_app: Callable[..., App],
+) -> None:
+    """docs/flows.md: 'waiting' means no job started. A first job that ran, failed and
+    waits for its retry (delayed) makes the flow read 'waiting' again."""
+    app = make_app()
+    attempts: list[int] = []
+
+    @app.task(retries=2, backoff=30.0)
+    async def flaky() -> None:
+        attempts.append(current_job().attempt)
+        raise RetryableError("try later")
+
+    @app.task
+    async def after() -> None: ...
+
+    result = app.enqueue_flow(chain(flaky.message(), after.message()), flow_id="retrying")
+    async with running(worker_for(app, concurrency=1)):
+        await wait_until(lambda: attempts == [1], timeout=20)
+        await wait_until(lambda: app.job(result.job_ids[0]).status == "delayed", timeout=20)
+        assert app.flow("retrying").state == "running"
+
+
+@known_bug("runner: an unencodable result dead-letters a flow job")
+async def test_a_job_whose_result_has_no_json_form_succeeds_in_a_flow_as_alone(
+    make_app: Callable[..., App],
+) -> None:
+    """A task returning a value with no JSON form ends 'done' as a plain job, but is
+    dead-lettered in a flow ("its result could not be kept") after its effect happened:
+    the flow fails, and the replay the docs suggest runs the effect again."""
+    app = make_app()
+    effects: list[int] = []
+
+    class Receipt:  # what an ORM or SDK call typically returns
+        pass
+
+    @app.task(retries=0)
+    async def charge(n: int) -> Receipt:
+        effects.append(n)
+        return Receipt()
+
+    @app.task
+    async def notify() -> None: ...
+
+    plain = charge.enqueue(1)
+    app.enqueue_flow(chain(charge.message(2), notify.message()), flow_id="receipt")
+    async with running(worker_for(app, concurrency=2)):
+        await wait_until(lambda: app.job(plain.job_id).status == "done", timeout=20)
+        await wait_until(lambda: app.flow("receipt").state != "waiting", timeout=20)
+        await asyncio.sleep(0.5)
+    assert sorted(effects) == [1, 2]
+    assert app.flow("receipt").state == "done"
+
+
+# 7. run_step: a late (zombie) run overwrites the result another run recorded.
+
+
+@known_bug("run_step stores its result with a plain SET")
+async def test_run_step_result_is_not_overwritten_by_a_run_that_lost_its_claim(
+    make_app: Callable[..., App],
+) -> None:
+    """run_step stores fn's result with a plain SET, before (and apart from) the
+    owner-checked settle of the step's claim. A run that lost its claim while fn ran (a
+    zombie, paused past its liveness) overwrites the result the run that took over had
+    stored and used: two successful runs recorded, and later retries read the zombie's.
+
+    Simulated: while the first run's fn runs, another run's result is stored and the
+    step marked done, as the taking-over run would have done."""
+    app = make_app()
+    seen: list[object] = []
+
+    def create() -> str:
+        job = current_job()
+        claim_name = Keys.step_claim_name(job.task, job.job_id, "charge")
+        # The run that took over meanwhile stored its own result for the step.
+        app.store.flows.keep_step_result(job.job_id, claim_name, b'"ch_taken_over"', 60_000)
+        return "ch_zombie"
+
+    @app.task(retries=0)
+    async def pay() -> None:
+        seen.append(current_job().run_step("charge", create))
+
+    handle = pay.enqueue()
+    async with running(worker_for(app, concurrency=1)):
+        await wait_until(lambda: app.job(handle.job_id).status == "done", timeout=20)
+    claim_name = Keys.step_claim_name(pay.name, handle.job_id, "charge")
+    assert app.store.flows.step_result(handle.job_id, claim_name) == b'"ch_taken_over"'
+
+
+# 8. cancel_flow asks App.cancel about every job it just dropped.
+
+
+@known_bug("FlowOps.cancel asks App.cancel for every dropped job")
+async def test_cancel_flow_cancels_only_the_jobs_that_were_queued(
+    make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flow_cancel.lua drops the held jobs, then FlowOps.cancel reads the record (held
+    now empty) and calls App.cancel for every job not done or dead: for a chain of 2,000
+    steps, 2,000 App.cancel calls (several round trips each) where one job was queued."""
+    app = make_app()
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    result = app.enqueue_flow(chain(*(work.message(n) for n in range(2000))), flow_id="long")
+    asked: list[str] = []
+    real = app.cancel
+
+    def counting(job_id: str) -> bool:
+        asked.append(job_id)
+        return real(job_id)
+
+    monkeypatch.setattr(app, "cancel", counting)
+    started = time.monotonic()
+    assert app.cancel_flow("long") == 2000
+    took = time.monotonic() - started
+    assert asked == [result.job_ids[0]], f"{len(asked)} App.cancel calls, {took:.2f} s"
+
+
+# 9. A dead letter that outlives its flow's records: its replay resumes nothing.
+
+
+@known_bug("a letter outlives its flow's keys; the replay resumes nothing")
+async def test_replaying_a_letter_that_outlived_its_flow_says_so_or_resumes_it(
+    make_app: Callable[..., App],
+) -> None:
+    """'a failed flow's keys live at least as long as its dead letters': the keys get
+    max(flow_ttl, dead_letter_max_age) once, at the death, but a letter is only trimmed
+    when another letter is added (or by dlq trim), so it outlives them. Its replay then
+    reports 'enqueued', the job runs and succeeds, and the callback that waited for it
+    never runs: nothing says the flow could not resume."""
+    app = make_app(flow_ttl=1.0, dead_letter_max_age=1.0)
+    broken = {"b": True}
+    callbacks: list[int] = []
+
+    @app.task(retries=0)
+    async def member(name: str) -> str:
+        if broken.get(name):
+            raise ValueError(f"{name} is broken")
+        return name
+
+    @app.task
+    async def callback() -> None:
+        callbacks.append(1)
+
+    flow = group(member.message("a"), member.message("b")).then(callback.message())
+    result = app.enqueue_flow(flow, flow_id="outlived")
+    async with running(worker_for(app, concurrency=2)):
+        with pytest.raises(JobFailed):
+            await result.result_async(timeout=20)
+        await asyncio.sleep(2.0)  # the flow's keys expire; the letter is still listed
+        broken["b"] = False
+        (replayed,) = deadletter.replay(app, [await _letter(app, "outlived.1")])
+        await asyncio.sleep(1.0)
+    assert replayed.outcome != "enqueued" or callbacks == [1], (
+        f"replay said {replayed.outcome!r}, the flow reads {app.flow('outlived').state!r}"
+        ", and its callback never ran"
+    )
+
+
+# 10. enqueue_flow without a flow_id whose commit reply was lost.
+
+
+@known_bug("OutcomeUnknown carries no flow_id")
+def test_outcome_unknown_of_enqueue_flow_names_the_flow_to_enqueue_again(
+    make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """enqueue_flow documents 'OutcomeUnknown: no reply came: enqueue again with the same
+    flow_id', but with flow_id=None the id is generated inside the call and the error
+    carries only job_ids (its text says 'enqueue again with the same job ids', which a
+    flow's steps may not have). A retry without the id creates a second flow: every job
+    runs twice."""
+    app = make_app()
+
+    @app.task
+    def work(n: int) -> None: ...
+
+    store = app.store
+    real = store.run
+
+    def lost_commit(calls: Any, job_ids: Any = None) -> Any:
+        replies = real(calls, job_ids)
+        if calls and calls[0].script == "flow_commit":
+            raise OutcomeUnknown(store.url, "timeout reading the reply", job_ids or [])
+        return replies
+
+    monkeypatch.setattr(store, "run", lost_commit)
+    with pytest.raises(OutcomeUnknown) as lost:
+        app.enqueue_flow(chain(work.message(1), work.message(2)))
+    assert getattr(lost.value, "flow_id", None) is not None
+
+
+# 11. A rolling deploy: a worker of the release before flows runs a flow's job as plain.
+
+OLD_APP = """
+import os
+
+import redis
+
+from lockgate import App
+
+app = App(redis_url=os.environ["REVIEW_URL"], namespace=os.environ["REVIEW_NS"])
+
+
+@app.task
+def step(name: str) -> str:
+    client = redis.Redis.from_url(os.environ["REVIEW_URL"])
+    client.rpush("review:" + os.environ["REVIEW_NS"] + ":ran", name)
+    return name
+"""
+
+OLD_WORKER = """
+import asyncio
+from review_old_app import app
+from lockgate import Worker, WorkerConfig
+asyncio.run(Worker(app, WorkerConfig(concurrency=2, idle_wait=0.5)).run(burst=True))
+"""
+
+
+@known_bug("an old worker settles a flow job as plain")
+async def test_a_worker_of_the_release_before_flows_does_not_swallow_a_flow_job(
+    redis_url: str, namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a rolling deploy (which the project supports: libraries named by digest,
+    legacy markers), a producer on this release enqueues a chain while a worker of the
+    release before (1cc452f) still runs. That worker decodes the job (msgspec ignores the
+    unknown 'flow' field), runs it and settles it as a plain job: no barrier moves, the
+    chain's next step is never queued, the flow reads 'running' for ever and none of its
+    keys expires. Nothing in docs/flows.md says to finish the deploy first."""
+    import importlib
+    import os
+    import subprocess
+    import sys
+
+    old = tmp_path / "old"
+    old.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", "1cc452f", "src"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    (tmp_path / "review_old_app.py").write_text(OLD_APP)
+    monkeypatch.setenv("REVIEW_URL", redis_url)
+    monkeypatch.setenv("REVIEW_NS", namespace)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("review_old_app")
+    app: App = module.app
+    client = app.client()
+    ran_key = f"review:{namespace}:ran"
+    try:
+        result = app.enqueue_flow(
+            chain(module.step.message("a"), module.step.message("b")), flow_id="deploy"
+        )
+        env = dict(os.environ, PYTHONPATH=f"{old / 'src'}:{tmp_path}")
+        subprocess.run([sys.executable, "-c", OLD_WORKER], env=env, check=True, timeout=60)
+        assert client.lrange(ran_key, 0, -1) == [b"a"]  # the old worker ran the root
+        async with running(worker_for(app, concurrency=2)):  # this release's worker
+            await asyncio.sleep(1.5)
+        assert client.lrange(ran_key, 0, -1) == [b"a", b"b"], (
+            f"the flow reads {app.flow('deploy').state!r}; b was never queued"
+        )
+        assert result.result(timeout=1) == "b"
+    finally:
+        client.delete(ran_key)
+        sys.modules.pop("review_old_app", None)
+        app.close()
+
+
+# 12. Eager flows outlive their block and shadow real flows of the same id.
+
+
+@known_bug("FlowOps.eager is never cleared")
+async def test_an_eager_flow_does_not_shadow_a_real_flow_of_the_same_id_later(
+    make_app: Callable[..., App],
+) -> None:
+    """FlowOps.eager (per App, never cleared) keeps every flow an eager block ran. After
+    the block, App.flow, FlowResult.result and parent_results() of a real flow with the
+    same id (a module-level app shared by a test suite's eager and worker tests) answer
+    from the eager run."""
+    app = make_app()
+    seen: list[object] = []
+
+    @app.task
+    def first(tag: str) -> str:
+        return tag
+
+    @app.task
+    def reader() -> str:
+        seen.append(current_job().parent_results())
+        return "read"
+
+    with app.eager():
+        app.enqueue_flow(chain(first.message("eager"), reader.message()), flow_id="shared")
+    assert seen == [["eager"]]
+    result = app.enqueue_flow(chain(first.message("real"), reader.message()), flow_id="shared")
+    assert result.created
+    async with running(worker_for(app, concurrency=2)):
+        await wait_until(lambda: len(seen) == 2, timeout=20)
+    assert seen[1] == ["real"]
+
+
+# 13. Cancelling a running job of a flow cancels the flow, yet its queued jobs still run.
+
+
+@known_bug("a settle's 'c' leaves the flow's queued jobs")
+async def test_cancelling_a_running_job_of_a_flow_stops_the_rest_of_the_flow(
+    make_app: Callable[..., App],
+) -> None:
+    """app.cancel of a waiting job cancels the flow through FlowOps.cancel (queued jobs
+    cancelled too). app.cancel of a running one answers False ('running'); its worker
+    ends it cancelled, the settle's 'c' marks the flow cancelled and drops held jobs, but
+    the flow's queued jobs are left: they run after the flow reads 'cancelled'."""
+    app = make_app()
+    ran: list[str] = []
+
+    @app.task
+    async def slow(name: str) -> None:
+        ran.append(name + ":start")
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+        ran.append(name + ":end")
+
+    @app.task
+    async def quick(name: str) -> None:
+        ran.append(name)
+
+    result = app.enqueue_flow(group(slow.message("a"), quick.message("b")), flow_id="stop")
+    async with running(worker_for(app, concurrency=1)):
+        await wait_until(lambda: "a:start" in ran, timeout=20)
+        app.cancel(result.job_ids[0])
+        await wait_until(lambda: app.flow("stop").state == "cancelled", timeout=20)
+        await asyncio.sleep(1.0)
+    assert ran == ["a:start"], f"ran after the flow was cancelled: {ran[1:]}"
+
+
+# 14. An eta on a step is turned into a delay when the message is built.
+
+
+@known_bug("an eta becomes a delay at message() time")
+async def test_a_step_with_an_eta_starts_at_its_eta_not_later(
+    make_app: Callable[..., App],
+) -> None:
+    """Task.message(eta=...) becomes a delay counted from message() time; a held step's
+    enqueue call runs when its parents are done, so it starts at parents' end + (eta -
+    build time): with a 1.5 s parent and an eta 2 s away it starts about 3.5 s after,
+    not at its eta (a 'send at 9:00' step after a one-hour parent goes out at 10:00)."""
+    from datetime import UTC, datetime, timedelta
+
+    app = make_app()
+    starts: dict[str, float] = {}
+
+    @app.task
+    async def parent() -> None:
+        starts["parent"] = time.time()
+        await asyncio.sleep(1.5)
+
+    @app.task
+    async def at_eta() -> None:
+        starts["child"] = time.time()
+
+    eta = datetime.now(UTC) + timedelta(seconds=2)
+    result = app.enqueue_flow(chain(parent.message(), at_eta.message(eta=eta)))
+    async with running(worker_for(app, concurrency=2, idle_wait=0.2)):
+        await result.result_async(timeout=20)
+    late = starts["child"] - eta.timestamp()
+    assert late < 0.7, f"the step started {late:.2f} s after its eta"
+
+
+# 15. A stage call sent twice (redis-py's retry after a lost reply) queues roots twice.
+
+
+@known_bug("flow_stage RPUSHes roots: a retried stage queues them twice")
+async def test_a_retried_stage_call_does_not_run_a_first_job_twice(
+    make_app: Callable[..., App],
+) -> None:
+    """Since e4d67d5 a root's enqueue call is RPUSHed into the stage's roots list (not
+    HSET by position). The clients retry a call once when its connection drops after the
+    send (ChainedRetry(NoBackoff(), 1)); a pipeline is re-sent whole, so each staged root
+    is pushed twice. The commit and the releases queue both copies: the second copy of a
+    root that already ran and ended (its id free again) is a new job, which runs again.
+
+    Deterministic form: the stage calls applied twice, the commit, the producer gone, the
+    first 300 roots run, then a worker's finish_releases queues the rest."""
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task
+    async def work(n: int) -> int:
+        runs.append(n)
+        return n
+
+    total = 350
+    ops = app._flows
+    planned = ops.plan(group(*(work.message(n) for n in range(total))), "twice")
+    staged, tasks = ops._staged(planned)
+    store = app.store.flows
+    calls, commit = store.enqueue_calls("twice", staged, planned.shape_json(), tasks, 60_000)
+    assert all(app.store.run(calls))
+    assert all(app.store.run(calls))  # the same calls again: the retried pipeline
+    created, left = app.store.run([commit])[0]
+    assert (created, left) == (1, 2 * total - flow_store.RELEASE_CHUNK)  # every root twice
+    async with running(worker_for(app, concurrency=16)):
+        await wait_until(lambda: len(runs) >= 300, timeout=30)
+        await asyncio.sleep(0.5)
+        await store.finish_releases()
+        await wait_until(lambda: app.store.flows.summary("twice").done == total, timeout=30)
+        await asyncio.sleep(0.5)
+    assert len(runs) == total, f"{len(runs) - total} first jobs ran twice"
