@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 from lockgate.api.app import App
 from lockgate.backend import dead_store
@@ -23,6 +23,7 @@ from lockgate.backend.faults import Fault, classify
 from lockgate.backend.lua import ScriptCall
 from lockgate.backend.settling import settle_sync
 from lockgate.core import flows, status
+from lockgate.core.codec import Job
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED, dead
 from lockgate.core.policy import reconnect_delay
@@ -50,7 +51,7 @@ def settlement(app: App, ending: Ending) -> Settlement:
         # A duplicate acknowledged without running leaves the first run's result be.
         if task is not None and task.keep_result_ms and outcome.reason != ALREADY_PROCESSED:
             result, result_ttl_ms = status.result_record(outcome), task.keep_result_ms
-    return Settlement(
+    settled = Settlement(
         ending.delivery, outcome,
         claim_key=claim.redis_key if claim is not None else None,
         claim_token=claim.token if claim is not None else "",
@@ -69,21 +70,23 @@ def settlement(app: App, ending: Ending) -> Settlement:
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
         debounced=task is not None and task.debounce is not None,
         holds_slot=task is not None and bool(task.key_concurrency),
-        **_flow_fields(app, ending),
     )  # fmt: skip
+    if job is not None and job.flow is not None and outcome.kind in ("done", "dead"):
+        return _in_flow(app, settled, job, job.flow)
+    return settled
 
 
-def _flow_fields(app: App, ending: Ending) -> dict[str, Any]:
-    """A flow job's ending for its flow: its record, its step, its result (pure)."""
-    job, outcome = ending.delivery.job, ending.outcome
-    if job is None or job.flow is None or outcome.kind not in ("done", "dead"):
-        return {}
+def _in_flow(app: App, settled: Settlement, job: Job, flow: str) -> Settlement:
+    """A flow job's settlement, with its ending for its flow: the flow's record, the step
+    (done, dead or cancelled, and its position), its result (pure)."""
+    outcome = settled.outcome
     action = "x" if outcome.kind == "dead" else "c" if outcome.cancelled else "o"
-    return {
-        "flow": app.store.layout.for_job(job.id, job.home).flow(job.flow),
-        "flow_step": f"{action}{flows.position_of(job.id, job.flow)}",
-        "flow_result": (outcome.result or b"") if action == "o" else status.result_record(outcome),
-    }
+    return replace(
+        settled,
+        flow=app.store.layout.for_job(job.id, job.home).flow(flow),
+        flow_step=f"{action}{flows.position_of(job.id, flow)}",
+        flow_result=(outcome.result or b"") if action == "o" else status.result_record(outcome),
+    )
 
 
 def wire_call(consumer: Consumer, app: App, ending: Ending) -> ScriptCall:
@@ -201,7 +204,8 @@ class Settler:
                 failed.append((ending, call))
                 continue
             self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
-            queued += int(reply[2]) if len(reply) > 2 else 0
+            if len(reply) > 2:
+                queued += int(reply[2])
         if queued:  # idle workers of a partitioned namespace wait on wake-up lists
             await self._app.store.wake_idle_async(dict.fromkeys(self._app.queues, queued))
         self._queue = failed + self._queue

@@ -37,8 +37,11 @@
 --#include _debounce_sorted
 --#include _fair_sorted
 --#include _flow
-local flow_action, flow_position = string.match(ARGV[21] or '', 'f(%a)(%d+)')
-local flow = flow_action and table.remove(KEYS)  -- the last key: not a claim's
+local flow, flow_action, flow_position
+if ARGV[21] ~= '' then  -- a flow's job: its record is the last key, not a claim's
+  flow_action, flow_position = string.match(ARGV[21], 'f(%a)(%d+)')
+  if flow_action then flow = table.remove(KEYS) end
+end
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned, released = 0, 0
 if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token

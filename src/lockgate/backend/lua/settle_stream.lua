@@ -42,8 +42,11 @@
 --#include _fair
 --#include _debounce
 --#include _flow
-local flow_action, flow_position = string.match(ARGV[21] or '', 'f(%a)(%d+)')
-local flow = flow_action and table.remove(KEYS)  -- the last key: not a claim's
+local flow, flow_action, flow_position
+if ARGV[21] ~= '' then  -- a flow's job: its record is the last key, not a claim's
+  flow_action, flow_position = string.match(ARGV[21], 'f(%a)(%d+)')
+  if flow_action then flow = table.remove(KEYS) end
+end
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local owned, released = 0, 0
