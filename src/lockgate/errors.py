@@ -108,16 +108,24 @@ class OutcomeUnknown(ConnectionFailed):
         url: the URL that failed, with any password masked.
         reason: what the client said.
         job_ids: the ids of the jobs the call carried, generated ones included.
+        flow_id: from ``App.enqueue_flow``, the flow's id, generated or not: enqueue the
+            flow again with ``flow_id=`` this (None for other calls).
     """
 
-    def __init__(self, url: str, reason: str, job_ids: Sequence[str]) -> None:
+    def __init__(
+        self, url: str, reason: str, job_ids: Sequence[str], flow_id: str | None = None
+    ) -> None:
         super().__init__(url, reason)
         self.job_ids = tuple(job_ids)
+        self.flow_id = flow_id
         shown = ", ".join(self.job_ids[:SHOWN_IDS])
         more = f" and {len(self.job_ids) - SHOWN_IDS} more" if len(self.job_ids) > SHOWN_IDS else ""
         self.args = (
             f"no reply from Redis at {url} ({reason}): the jobs may have been queued; "
-            f"enqueue again with the same job ids to be sure (.job_ids: {shown}{more})",
+            f"enqueue again with the same job ids to be sure (.job_ids: {shown}{more})"
+            if flow_id is None
+            else f"no reply from Redis at {url} ({reason}): the flow may have been queued; "
+            f"enqueue it again with flow_id={flow_id!r} to be sure",
         )
 
 

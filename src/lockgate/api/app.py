@@ -15,7 +15,8 @@ from typing import Any, ParamSpec, TypeVar, Unpack, overload
 import msgspec
 
 from lockgate.api.eager import EagerRuns
-from lockgate.api.flows import FlowInfo, FlowOps, FlowResult, FlowServices
+from lockgate.api.flow_jobs import FlowServices
+from lockgate.api.flows import FlowInfo, FlowOps, FlowResult
 from lockgate.api.hooks import H, Hooks
 from lockgate.api.idempotency import DEFAULT_LEASE, Claim, LeaseKeeper
 from lockgate.api.task import EnqueueResult, Task
@@ -447,6 +448,8 @@ class App:
             yield
         finally:
             self._eager = outer
+            if outer is None:  # its flows end with it, as its jobs do
+                self._flows.eager.clear()
 
     # status, results, cancellation
 

@@ -9,38 +9,37 @@ call of each of its jobs.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import time
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import msgspec
 
 from lockgate.api.task import Task
 from lockgate.backend.broker import Outgoing
 from lockgate.backend.flow_store import FlowRecord, FlowSummary, StagedJob
-from lockgate.backend.keys import Keys
 from lockgate.backend.store import Store
 from lockgate.core import codec, flows
-from lockgate.core.context import JobContext
+from lockgate.core.flows import decode_result
 from lockgate.core.message import Message
 from lockgate.core.outcome import ErrorInfo
-from lockgate.core.status import JobInfo, Poll, ResultRecord, Status, encode_result, moment
+from lockgate.core.status import JobInfo, Poll, ResultRecord, Status, moment
 from lockgate.errors import (
     ConfigError,
     JobCancelled,
     JobFailed,
+    OutcomeUnknown,
     ResultUnavailable,
     SerializationError,
-    StepDone,
 )
 
 # A flow's jobs are named <flow id>.<n>, within a job id's limit.
 MAX_FLOW_ID_BYTES = codec.MAX_JOB_ID_BYTES - 16
+# An eager flow (``App.eager``): its plan, and each job's end (None: it did not run).
+EagerFlow: TypeAlias = tuple[flows.FlowPlan, list[JobInfo | None]]
 FlowState = Literal["waiting", "running", "done", "failed", "cancelled", "unknown"]
 
 
@@ -127,6 +126,9 @@ class FlowResult:
     created: bool
     job_ids: list[str]
     app: FlowOps | None = field(default=None, repr=False, compare=False)
+    # An eager run's plan and jobs' ends (``App.eager``): the handle answers from them, in
+    # or out of the block.
+    ran: EagerFlow | None = field(default=None, repr=False, compare=False)
 
     def _ops(self) -> FlowOps:
         if self.app is None:
@@ -135,6 +137,8 @@ class FlowResult:
 
     def info(self) -> FlowInfo:
         """What is known of the flow now (see [App.flow][lockgate.App.flow])."""
+        if self.ran is not None:
+            return _eager_info(self.flow_id, self.ran)
         return self._ops().info(self.flow_id)
 
     def result(self, timeout: float | None = None) -> Any:
@@ -147,30 +151,19 @@ class FlowResult:
             TimeoutError: it did not end within ``timeout`` seconds.
             ResultUnavailable: the flow is unknown (or expired).
         """
+        if self.ran is not None:
+            return _eager_result(self.flow_id, self.ran)
         return self._ops().result(self.flow_id, timeout)
 
     async def result_async(self, timeout: float | None = None) -> Any:
         """Async [result][lockgate.FlowResult.result]."""
+        if self.ran is not None:
+            return _eager_result(self.flow_id, self.ran)
         return await self._ops().result_async(self.flow_id, timeout)
 
 
-def returns_of(fn: Callable[..., Any]) -> Any:
-    """The type a stored result of ``fn`` decodes to: its return annotation, else Any."""
-    try:
-        return typing.get_type_hints(fn).get("return", Any)
-    except Exception:  # an annotation that does not resolve here: take it as it is
-        return Any
-
-
-def decoded(data: bytes | None, returns: Any) -> Any:
-    """A kept result (JSON) as its type says; None when there is none."""
-    if data is None:
-        return None
-    return msgspec.json.decode(data, type=returns, strict=False)
-
-
-def flow_state(record: FlowRecord | None, running: bool) -> FlowState:
-    """A flow's state from its record, and whether a job of it runs (pure)."""
+def flow_state(record: FlowRecord | None, started: bool) -> FlowState:
+    """A flow's state from its record, and whether a job of it ran or runs (pure)."""
     if record is None:
         return "unknown"
     if record.cancelled:
@@ -179,7 +172,7 @@ def flow_state(record: FlowRecord | None, running: bool) -> FlowState:
         return "failed"
     if len(record.done) >= record.total:
         return "done"
-    return "running" if record.done or running else "waiting"
+    return "running" if record.done or started else "waiting"
 
 
 class FlowOps:
@@ -188,7 +181,8 @@ class FlowOps:
     def __init__(self, app: FlowHost) -> None:
         self._app = app
         # Eager flows (``App.eager``): per flow, its plan and its jobs' ends.
-        self.eager: dict[str, tuple[flows.FlowPlan, list[JobInfo | None]]] = {}
+        self.eager: dict[str, EagerFlow] = {}
+        self._cancelling: set[str] = set()  # flows whose queued jobs cancel() cancels now
 
     # enqueue
 
@@ -237,7 +231,12 @@ class FlowOps:
         calls, commit = store.enqueue_calls(
             planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
         )
-        created = store.enqueue(planned.flow_id, calls, commit, planned.job_ids)
+        try:
+            created = store.enqueue(
+                planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
+            )
+        except OutcomeUnknown as e:
+            raise _with_flow(e, planned.flow_id) from e.__cause__
         return FlowResult(planned.flow_id, created, planned.job_ids, self)
 
     async def enqueue_async(self, flow: flows.Step, flow_id: str | None) -> FlowResult:
@@ -248,7 +247,12 @@ class FlowOps:
         calls, commit = store.enqueue_calls(
             planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
         )
-        created = await store.enqueue_async(planned.flow_id, calls, commit, planned.job_ids)
+        try:
+            created = await store.enqueue_async(
+                planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
+            )
+        except OutcomeUnknown as e:
+            raise _with_flow(e, planned.flow_id) from e.__cause__
         return FlowResult(planned.flow_id, created, planned.job_ids, self)
 
     def ran_eagerly(
@@ -261,47 +265,36 @@ class FlowOps:
         for position, node in enumerate(planned.nodes):
             if all(_done(ends[p]) for p in node.parents):
                 ends[position] = run(node.message.job)
-        return FlowResult(planned.flow_id, True, planned.job_ids, self)
+        return FlowResult(planned.flow_id, True, planned.job_ids, self, (planned, ends))
 
     # reading
 
     def info(self, flow_id: str) -> FlowInfo:
         """[App.flow][lockgate.App.flow]."""
         if flow_id in self.eager:
-            return self._eager_info(flow_id)
+            return _eager_info(flow_id, self.eager[flow_id])
         record = self._app.store.flows.read(flow_id)
         if record is None:
             return FlowInfo(flow_id, "unknown")
-        asked = {p: self._app.job(flows.job_id(flow_id, p)).status for p in _queued(record)}
+        asked = {p: self._app.job(flows.job_id(flow_id, p)) for p in _queued(record)}
         return _info(flow_id, record, asked)
 
     async def info_async(self, flow_id: str) -> FlowInfo:
         """Async :meth:`info`."""
         if flow_id in self.eager:
-            return self._eager_info(flow_id)
+            return _eager_info(flow_id, self.eager[flow_id])
         record = await self._app.store.flows.read_async(flow_id)
         if record is None:
             return FlowInfo(flow_id, "unknown")
         asked = {}
         for p in _queued(record):
-            asked[p] = (await self._app.job_async(flows.job_id(flow_id, p))).status
+            asked[p] = await self._app.job_async(flows.job_id(flow_id, p))
         return _info(flow_id, record, asked)
-
-    def _eager_info(self, flow_id: str) -> FlowInfo:
-        _, ends = self.eager[flow_id]
-        jobs = tuple(
-            FlowJob(flows.job_id(flow_id, p), end.task if end else "",
-                    end.status if end else "cancelled")
-            for p, end in enumerate(ends)
-        )  # fmt: skip
-        states = {job.state for job in jobs}
-        state: FlowState = "done" if states == {"done"} else "failed"
-        return FlowInfo(flow_id, state, jobs)
 
     def result(self, flow_id: str, timeout: float | None) -> Any:
         """[FlowResult.result][lockgate.FlowResult.result]."""
         if flow_id in self.eager:
-            return self._eager_result(flow_id)
+            return _eager_result(flow_id, self.eager[flow_id])
         poll = Poll(timeout, flow_id)
         store = self._app.store.flows
         while not _ended(summary := store.summary(flow_id)):
@@ -315,7 +308,7 @@ class FlowOps:
     async def result_async(self, flow_id: str, timeout: float | None) -> Any:
         """Async :meth:`result`."""
         if flow_id in self.eager:
-            return self._eager_result(flow_id)
+            return _eager_result(flow_id, self.eager[flow_id])
         poll = Poll(timeout, flow_id)
         store = self._app.store.flows
         while not _ended(summary := await store.summary_async(flow_id)):
@@ -328,7 +321,7 @@ class FlowOps:
 
     def _assemble(self, record: FlowRecord, results: Sequence[bytes | None]) -> Any:
         values = [
-            decoded(data, self.returns(task))
+            decode_result(data, self.returns(task))
             for data, task in zip(results, record.tasks, strict=False)
         ]
         return flows.assemble(flows.decode_shape(record.shape), values)
@@ -337,57 +330,93 @@ class FlowOps:
         registered = self._app.tasks.get(task)
         return registered.returns if registered is not None else Any
 
-    def _eager_result(self, flow_id: str) -> Any:
-        planned, ends = self.eager[flow_id]
-        for position, end in enumerate(ends):
-            if end is None or end.status != "done":
-                if end is not None and end.error is not None:
-                    raise JobFailed(end.id, end.error.type, end.error.message, end.error.traceback)
-                raise JobFailed(flows.job_id(flow_id, position), "Failed", "it did not run")
-        return flows.assemble(planned.shape, [end.result if end else None for end in ends])
-
     # cancelling
 
     def job_cancelled(self, job_id: str) -> None:
-        """A job cancelled while it waited: when it was a job of a live flow, the jobs
-        that wait for it can never run, so the flow is cancelled (nothing hangs)."""
+        """After ``App.cancel`` removed a waiting job: when it was a job of a flow, the
+        cancel call cancelled the flow too (``cancel_job.lua``), so the flow's other
+        queued jobs are cancelled now (they would run for nothing)."""
         flow_id = _flow_of(job_id)
-        if flow_id is None:
+        if flow_id is None or flow_id in self._cancelling:
             return
-        summary = self._app.store.flows.summary(flow_id)
-        if summary.total > flows.position_of(job_id, flow_id) and not summary.cancelled:
+        if self._app.store.flows.summary(flow_id).cancelled:
             self.cancel(flow_id)
 
     async def job_cancelled_async(self, job_id: str) -> None:
         """Async :meth:`job_cancelled`."""
         flow_id = _flow_of(job_id)
-        if flow_id is None:
+        if flow_id is None or flow_id in self._cancelling:
             return
-        summary = await self._app.store.flows.summary_async(flow_id)
-        if summary.total > flows.position_of(job_id, flow_id) and not summary.cancelled:
+        if (await self._app.store.flows.summary_async(flow_id)).cancelled:
             await self.cancel_async(flow_id)
 
     def cancel(self, flow_id: str) -> int:
         """[App.cancel_flow][lockgate.App.cancel_flow]."""
         store = self._app.store
+        record = store.flows.read(flow_id)  # before the cancel drops the held jobs
         (dropped,) = store.run([store.flows.cancel_call(flow_id)])
-        record = store.flows.read(flow_id)
         if int(dropped) < 0 or record is None:
             return 0
         queued = [flows.job_id(flow_id, p) for p in _queued(record)]
-        return int(dropped) + sum(self._app.cancel(job_id) for job_id in queued)
+        self._cancelling.add(flow_id)  # these cancels need not cancel the flow again
+        try:
+            return int(dropped) + sum(self._app.cancel(job_id) for job_id in queued)
+        finally:
+            self._cancelling.discard(flow_id)
 
     async def cancel_async(self, flow_id: str) -> int:
         """Async :meth:`cancel`."""
         store = self._app.store
+        record = await store.flows.read_async(flow_id)  # before the cancel drops held jobs
         (dropped,) = await store.run_async([store.flows.cancel_call(flow_id)])
-        record = await store.flows.read_async(flow_id)
         if int(dropped) < 0 or record is None:
             return 0
         cancelled = 0
-        for p in _queued(record):
-            cancelled += await self._app.cancel_async(flows.job_id(flow_id, p))
+        self._cancelling.add(flow_id)  # these cancels need not cancel the flow again
+        try:
+            for p in _queued(record):
+                cancelled += await self._app.cancel_async(flows.job_id(flow_id, p))
+        finally:
+            self._cancelling.discard(flow_id)
         return int(dropped) + cancelled
+
+
+def _eager_info(flow_id: str, ran: EagerFlow) -> FlowInfo:
+    """What an eager run of a flow left (``App.eager``)."""
+    _, ends = ran
+    jobs = tuple(
+        FlowJob(flows.job_id(flow_id, p), end.task if end else "",
+                end.status if end else "cancelled")
+        for p, end in enumerate(ends)
+    )  # fmt: skip
+    states = {job.state for job in jobs}
+    state: FlowState = "done" if states == {"done"} else "failed"
+    return FlowInfo(flow_id, state, jobs)
+
+
+def _eager_result(flow_id: str, ran: EagerFlow) -> Any:
+    """An eager flow's result, or the error of its first job that did not end done."""
+    planned, ends = ran
+    for position, end in enumerate(ends):
+        if end is None or end.status != "done":
+            if end is not None and end.error is not None:
+                raise JobFailed(end.id, end.error.type, end.error.message, end.error.traceback)
+            raise JobFailed(flows.job_id(flow_id, position), "Failed", "it did not run")
+    return flows.assemble(planned.shape, [end.result if end else None for end in ends])
+
+
+def _first_queues(planned: flows.FlowPlan) -> dict[str, int]:
+    """Per queue, how many of the flow's first jobs go to it (whom to wake)."""
+    counts: dict[str, int] = {}
+    for position in planned.roots:
+        queue = planned.nodes[position].message.job.queue
+        counts[queue] = counts.get(queue, 0) + 1
+    return counts
+
+
+def _with_flow(error: OutcomeUnknown, flow_id: str) -> OutcomeUnknown:
+    """The same error, naming the flow to enqueue again."""
+    return OutcomeUnknown(error.url, error.reason, error.job_ids, flow_id)
 
 
 def _flow_of(job_id: str) -> str | None:
@@ -449,8 +478,9 @@ def _queued(record: FlowRecord) -> list[int]:
     ]  # fmt: skip
 
 
-def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, Status]) -> FlowInfo:
+def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, JobInfo]) -> FlowInfo:
     jobs = []
+    started = False  # a job ran, or runs: the flow is under way
     for p in range(record.total):
         state: Status
         if p in record.done:
@@ -460,7 +490,9 @@ def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, Status]) -> Flow
         elif p in record.held:
             state = "cancelled" if record.cancelled else "waiting"
         else:
-            state = asked.get(p, "unknown")
+            info = asked.get(p)
+            state = info.status if info is not None else "unknown"
+            started = started or (info is not None and (info.attempts > 0 or state == "running"))
             if record.cancelled and state == "unknown":  # dropped before it was queued
                 state = "cancelled"
         parents = record.parents.get(p, [])
@@ -469,98 +501,4 @@ def _info(flow_id: str, record: FlowRecord, asked: Mapping[int, Status]) -> Flow
             FlowJob(flows.job_id(flow_id, p), task, state,
                     tuple(flows.job_id(flow_id, q) for q in parents))
         )  # fmt: skip
-    running = any(job.state == "running" for job in jobs)
-    return FlowInfo(flow_id, flow_state(record, running), tuple(jobs), moment(record.created))
-
-
-class FlowServices:
-    """What a running job asks of its App: its parents' results, and kept steps
-    (:class:`lockgate.core.context.JobServices`)."""
-
-    def __init__(self, app: FlowHost, ops: FlowOps) -> None:
-        self._app = app
-        self._ops = ops
-
-    def parent_results(self, job: JobContext) -> list[Any]:
-        flow_id = job.flow
-        if flow_id is None:
-            return []
-        position = flows.position_of(job.job_id, flow_id)
-        if flow_id in self._ops.eager:
-            return self._eager_parents(flow_id, position)
-        store = self._app.store.flows
-        parents = store.parents(flow_id, position)
-        data = store.results(flow_id, [p for p, _ in parents])
-        returns = [self._ops.returns(task) for _, task in parents]
-        return [decoded(d, kind) for d, kind in zip(data, returns, strict=True)]
-
-    def _eager_parents(self, flow_id: str, position: int) -> list[Any]:
-        planned, ends = self._ops.eager[flow_id]
-        return [_result(ends[p]) for p in planned.nodes[position].parents]
-
-    def run_step(
-        self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
-    ) -> Any:
-        claim_name = Keys.step_claim_name(job.task, job.job_id, name)
-        store = self._app.store.flows
-        returns = returns_of(fn)
-        claim = job.step(name)
-        try:
-            claim.__enter__()
-        except StepDone:
-            return _kept(store.step_result(job.job_id, claim_name), returns, name)
-        try:
-            stored = store.step_result(job.job_id, claim_name)
-            if stored is not None:
-                value = decoded(stored, returns)
-            else:
-                value = fn(*args, **kwargs)
-                ttl = max(1, round(job.idempotency_ttl * 1000))
-                store.keep_step_result(job.job_id, claim_name, encode_result(value), ttl)
-        except BaseException as e:
-            claim.__exit__(type(e), e, e.__traceback__)
-            raise
-        claim.__exit__(None, None, None)
-        return value
-
-    async def run_step_async(
-        self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
-    ) -> Any:
-        claim_name = Keys.step_claim_name(job.task, job.job_id, name)
-        store = self._app.store.flows
-        returns = returns_of(fn)
-        claim = job.step(name)
-        try:
-            await claim.__aenter__()
-        except StepDone:
-            return _kept(await store.step_result_async(job.job_id, claim_name), returns, name)
-        try:
-            stored = await store.step_result_async(job.job_id, claim_name)
-            if stored is not None:
-                value = decoded(stored, returns)
-            else:
-                if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
-                else:
-                    value = await asyncio.to_thread(fn, *args, **kwargs)
-                ttl = max(1, round(job.idempotency_ttl * 1000))
-                data = encode_result(value)
-                await store.keep_step_result_async(job.job_id, claim_name, data, ttl)
-        except BaseException as e:
-            await claim.__aexit__(type(e), e, e.__traceback__)
-            raise
-        await claim.__aexit__(None, None, None)
-        return value
-
-
-def _result(end: JobInfo | None) -> Any:
-    return end.result if end is not None else None
-
-
-def _kept(data: bytes | None, returns: Any, name: str) -> Any:
-    if data is None:
-        raise ResultUnavailable(
-            f"step {name!r} is done but its result is gone: it expired, or the step was "
-            "run by job.step(), which keeps none"
-        )
-    return decoded(data, returns)
+    return FlowInfo(flow_id, flow_state(record, started), tuple(jobs), moment(record.created))

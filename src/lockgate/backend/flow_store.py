@@ -12,7 +12,7 @@ flow is there whole or not at all, and a second enqueue of the same id adds noth
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -56,6 +56,10 @@ class FlowHost(Protocol):
     async def run_async(
         self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
     ) -> list[Any]: ...
+
+    def wake_idle(self, counts: Mapping[str, int]) -> None: ...
+
+    async def wake_idle_async(self, counts: Mapping[str, int]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,7 @@ class Flows:
         broker = self._store.broker
         calls = []
         for start in range(0, len(jobs), STAGE_CHUNK):
-            args: list[Arg] = [STAGE_TTL_MS]
+            args: list[Arg] = [STAGE_TTL_MS, start]
             for position in range(start, min(start + STAGE_CHUNK, len(jobs))):
                 job = jobs[position]
                 (call,) = broker.plan_enqueue([job.outgoing]).calls
@@ -155,10 +159,16 @@ class Flows:
         return calls, commit
 
     def enqueue(
-        self, flow_id: str, calls: Sequence[ScriptCall], commit: ScriptCall, job_ids: list[str]
+        self,
+        flow_id: str,
+        calls: Sequence[ScriptCall],
+        commit: ScriptCall,
+        job_ids: list[str],
+        first: Mapping[str, int],
     ) -> bool:
-        """Stage and commit a flow, then queue its first jobs; False when a flow with this
-        id existed (nothing is added).
+        """Stage and commit a flow, then queue its first jobs (``first``: how many per
+        queue, to wake idle workers of a partitioned namespace); False when a flow with
+        this id existed (nothing is added).
 
         Raises:
             OutcomeUnknown: no reply after a call was sent (enqueue again: it is safe).
@@ -170,10 +180,17 @@ class Flows:
         created, left = (int(v) for v in self._store.run([commit], job_ids)[0])
         while left > 0:
             left = int(self._store.run([self._release_call(flow_id)], job_ids)[0])
+        if created:
+            self._store.wake_idle(first)
         return _committed(created, left)
 
     async def enqueue_async(
-        self, flow_id: str, calls: Sequence[ScriptCall], commit: ScriptCall, job_ids: list[str]
+        self,
+        flow_id: str,
+        calls: Sequence[ScriptCall],
+        commit: ScriptCall,
+        job_ids: list[str],
+        first: Mapping[str, int],
     ) -> bool:
         """Async :meth:`enqueue`."""
         staged = await self._store.run_async(list(calls), job_ids)
@@ -182,6 +199,8 @@ class Flows:
         created, left = (int(v) for v in (await self._store.run_async([commit], job_ids))[0])
         while left > 0:
             left = int((await self._store.run_async([self._release_call(flow_id)], job_ids))[0])
+        if created:
+            await self._store.wake_idle_async(first)
         return _committed(created, left)
 
     def _release_call(self, flow_id: str) -> ScriptCall:
@@ -297,19 +316,29 @@ class Flows:
         with translated(self._store.url):
             return cast(bytes | None, await client.get(self._step_key(job_id, claim_name)))
 
-    def keep_step_result(self, job_id: str, claim_name: str, data: bytes, ttl_ms: int) -> None:
-        """Store a ``run_step`` result for ``ttl_ms``."""
+    def keep_step_result(
+        self, job_id: str, claim_name: str, data: bytes, ttl_ms: int
+    ) -> bytes | None:
+        """Store a ``run_step`` result for ``ttl_ms`` unless one is stored (a run that
+        lost its claim, paused past its lease, must not replace what the run that took
+        over stored and went on with): None when this one was stored, else the stored one
+        (``SET NX GET``)."""
         client, _ = self._store.sync_connection()
         with translated(self._store.url):
-            client.set(self._step_key(job_id, claim_name), data, px=ttl_ms)
+            kept = client.set(
+                self._step_key(job_id, claim_name), data, px=ttl_ms, nx=True, get=True
+            )
+        return cast(bytes | None, kept)
 
     async def keep_step_result_async(
         self, job_id: str, claim_name: str, data: bytes, ttl_ms: int
-    ) -> None:
+    ) -> bytes | None:
         """Async :meth:`keep_step_result`."""
         client, _ = await self._store.async_connection()
+        key = self._step_key(job_id, claim_name)
         with translated(self._store.url):
-            await client.set(self._step_key(job_id, claim_name), data, px=ttl_ms)
+            kept = await client.set(key, data, px=ttl_ms, nx=True, get=True)
+        return cast(bytes | None, kept)
 
     def _step_key(self, job_id: str, claim_name: str) -> str:
         return self._store.layout.for_job(job_id).step_result(claim_name)

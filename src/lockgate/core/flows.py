@@ -14,7 +14,8 @@ group's list of its steps' results.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, cast
 
@@ -202,6 +203,21 @@ def assemble(shape: Shape, results: Sequence[Any]) -> Any:
     if kind == "chain":
         return assemble(steps[-1], results)
     return [assemble(step, results) for step in steps]
+
+
+def returns_of(fn: Callable[..., Any]) -> Any:
+    """The type a stored result of ``fn`` decodes to: its return annotation, else Any."""
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception:  # an annotation that does not resolve here: take it as it is
+        return Any
+
+
+def decode_result(data: bytes | None, returns: Any) -> Any:
+    """A kept result (JSON) as its type says; None when there is none."""
+    if data is None:
+        return None
+    return msgspec.json.decode(data, type=returns, strict=False)
 
 
 def decode_shape(data: bytes) -> Shape:

@@ -157,6 +157,9 @@ def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None)
         raise _Refused(letter.job_id, str(e)) from None
     if job.task not in app.tasks:
         raise _Refused(job.id, f"unknown task {job.task!r}")
+    if job.flow is not None and not app.store.flows.summary(job.flow).total:
+        # Its run would resume nothing: the flow's records (who waits for it) are gone.
+        raise _Refused(job.id, f"its flow {job.flow!r} expired (App(flow_ttl=...))")
     target_queue, target_level = queue or job.queue, level or job.level
     problems, hints = [], []
     if target_queue not in app.queues:
@@ -197,7 +200,8 @@ def replay(
     each job once, and only the replay that enqueued it reports ``enqueued``. The job is
     the letter's stored job with attempt 1 and a new enqueue time, every other field kept.
     A letter stays put (outcome ``bad``) when its job cannot be decoded, its task is
-    unknown here, or its queue or level is not one this app's workers read; ``taken``
+    unknown here, its queue or level is not one this app's workers read, or it is a job
+    of a flow whose records expired (its run would resume nothing); ``taken``
     when a job with its id is queued or running.
 
     Args:

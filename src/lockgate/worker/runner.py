@@ -340,7 +340,11 @@ class JobRunner:
             try:
                 return replace(outcome, result=encode_result(returned))
             except SerializationError as e:  # as an eager run ends: the same in tests
-                return dead("its result could not be kept", e)
+                if run.task.keep_result_ms:
+                    return dead("its result could not be kept", e)
+                # A flow's job that keeps no result of its own: done (its effects
+                # happened), with nothing for the jobs that wait for it.
+                log.warning("job %s: its result is not kept for its flow (%s)", run.job.id, e)
         return outcome
 
     async def _run_here(self, run: _Run) -> Outcome:

@@ -206,6 +206,8 @@ class Settler:
             self._landed(ending, int(reply[0]) == 1, int(reply[1]) == 1)
             if len(reply) > 2:
                 queued += int(reply[2])
+                if ending.outcome.cancelled and int(reply[0]) == 1:
+                    await self._cancel_flow_of(ending)
         if queued:  # idle workers of a partitioned namespace wait on wake-up lists
             await self._app.store.wake_idle_async(dict.fromkeys(self._app.queues, queued))
         self._queue = failed + self._queue
@@ -215,6 +217,18 @@ class Settler:
         if any(classify(error) == "transient" for error in faults):
             return "transient"
         return "reload" if faults else None
+
+    async def _cancel_flow_of(self, ending: Ending) -> None:
+        """A flow's job ended cancelled, and with it its flow (see ``lua/_flow.lua``): the
+        flow's other queued jobs are cancelled too (they would run for nothing); a
+        failure is logged (they then run, and their flow stays cancelled)."""
+        job = ending.delivery.job
+        if job is None or job.flow is None:
+            return
+        try:
+            await self._app.cancel_flow_async(job.flow)
+        except LockgateError as e:
+            log.warning("flow %s: its queued jobs not cancelled (%s)", job.flow, e)
 
     def _landed(
         self, ending: Ending, owned: bool, claim_applied: bool, *, notify: bool = True

@@ -72,7 +72,7 @@ local function flow_lib()
   end
 
   function lib.settled(base, position, action, result, dead_age)
-    local meta = redis.call('HMGET', base, 'ttl', 'failed', 'expiring')
+    local meta = redis.call('HMGET', base, 'ttl', 'failed', 'expiring', 'cancelled')
     local ttl, failed, expiring = meta[1], tonumber(meta[2] or '0'), meta[3]
     if not ttl then return 0 end
     local released = 0
@@ -97,7 +97,7 @@ local function flow_lib()
       end
       if redis.call('HINCRBY', base, 'left', -1) <= 0 then
         lib.expire(base, ttl)
-      elseif revived and failed == 0 then
+      elseif revived and failed == 0 and not meta[4] then
         lib.persist(base)
       elseif expiring then
         keep_expiry(base)
@@ -123,5 +123,24 @@ local function flow_lib()
     return released
   end
 
+  -- job_removed(marker, job_id, payload): a waiting job was removed unrun (cancelled,
+  -- purged): when it is a job of a flow (its payload names the flow), the jobs that wait
+  -- for it can never run, so its flow is cancelled. The flow's record is in the job's
+  -- partition: the marker's name less ':job:<id>' is the prefix.
+  function lib.job_removed(marker, job_id, payload)
+    local ok, job = pcall(cjson.decode, payload or '')
+    if not ok or type(job) ~= 'table' or type(job.flow) ~= 'string' then return end
+    local flow = job.flow
+    local position = string.sub(job_id, #flow + 2)
+    if string.sub(job_id, 1, #flow + 1) ~= flow .. '.' or not tonumber(position) then return end
+    local prefix = string.sub(marker, 1, #marker - #job_id - 5)
+    lib.settled(prefix .. ':flow:' .. flow, position, 'c', '', 0)
+  end
+
   return lib
+end
+
+-- Whether a job's payload may be a flow's (then flow_lib().job_removed looks closer).
+local function in_flow(payload)
+  return payload and string.find(payload, '"flow":', 1, true) ~= nil
 end

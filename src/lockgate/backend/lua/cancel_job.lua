@@ -16,13 +16,15 @@
 --          queue's sets or its key's lane (see _fair_sorted.lua), DEL of the marker (the id is free again) and the final record
 --          kept (see _status.lua; this one is JSON); a running job's flag is SET with a
 --          TTL to the take it is for (its worker looks), so a late look never cancels a
---          later run of the id.
+--          later run of the id. A removed job of a flow cancels its flow (see _flow.lua:
+--          the flow's record, named from the marker's prefix, shares its hash tag).
 -- Returns: 'cancelled' (removed: it will not run), 'running' (flagged), 'moved' (the
 -- marker changed since the caller read it: read again) or 'gone' (no such job waits or
 -- runs: unknown, ended, or a lockgate 0.2 marker).
 --#include _marker
 --#include _fair
 --#include _fair_sorted
+--#include _flow
 local group, placed, job_id = ARGV[1], ARGV[5], ARGV[6]
 if (redis.call('GET', KEYS[1]) or '') ~= placed then return 'moved' end
 if placed == '' then return 'gone' end
@@ -43,6 +45,7 @@ local function record_of(payload)
 end
 local function removed(payload)
   mark_end(KEYS[1], KEYS[3], job_id, ARGV[7], record_of(payload), ARGV[3])
+  if in_flow(payload) then flow_lib().job_removed(KEYS[1], job_id, payload) end
   return 'cancelled'
 end
 

@@ -4,10 +4,13 @@
 -- ARGV: [1] the flow's id
 -- Touches: the flow's held jobs, barriers and roots (DEL), its record (HSET cancelled),
 --          every key of it (PEXPIRE flow_ttl), the releasing set (ZREM).
--- Returns: how many held jobs it dropped; -1 when there is no such flow.
+-- Returns: how many held jobs it dropped; -1 when there is no such flow; 0 for a flow
+-- whose jobs all succeeded (it stays done).
 --#include _flow
 local base = KEYS[1]
-if redis.call('EXISTS', base) == 0 then return -1 end
+local left = redis.call('HGET', base, 'left')
+if not left then return -1 end
+if tonumber(left) <= 0 then return 0 end
 local flow = flow_lib()
 local dropped = flow.drop_held(base)
 redis.call('HSET', base, 'cancelled', '1')

@@ -16,6 +16,7 @@
 --#include _flow
 local base, stage = KEYS[1], KEYS[2]
 local parts = {'held', 'wait', 'parents', 'children', 'roots'}
+redis.call('DEL', stage .. ':chunks')
 if redis.call('EXISTS', base) == 1 then
   for _, part in ipairs(parts) do redis.call('DEL', stage .. ':' .. part) end
   local ours = redis.call('HGET', base, 'token') == ARGV[6]

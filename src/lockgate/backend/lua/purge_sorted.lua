@@ -10,13 +10,15 @@
 --          take between the caller's scan and this call moved the jobs it took to
 --          inflight, and those stay): HDEL of its payload, rank, delivery count and owner
 --          token, and DEL of its marker (which frees the job id), of its result key and
---          of its final records (an earlier job's under the id must not answer for it). Jobs in
+--          of its final records (an earlier job's under the id must not answer for it); a
+--          job of a flow cancels its flow (see _flow.lua). Jobs in
 --          flight or delayed
 --          stay.
 -- Returns: how many jobs were deleted.
 --#include _status
 --#include _clock
 --#include _fair_sorted
+--#include _flow
 local deleted = 0
 for a = 1, #ARGV, 2 do
   local id, k = ARGV[a], 3 * (a + 1) / 2 + 4 -- the job's triple of keys
@@ -29,6 +31,7 @@ for a = 1, #ARGV, 2 do
     for h = 2, 5 do redis.call('HDEL', KEYS[h], id) end
     redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2])
     forget_status(KEYS[6], id, ARGV[a + 1])
+    if in_flow(payload) then flow_lib().job_removed(KEYS[k], id, payload) end
   end
 end
 return deleted

