@@ -19,11 +19,10 @@ from typing import Any, Protocol, cast
 import msgspec
 
 from lockgate.backend.broker import Broker, Outgoing, text
-from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
+from lockgate.backend.job_store import JobHost
 from lockgate.backend.keys import Keys
-from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall, SyncScripts
-from lockgate.backend.partitions import Layout
+from lockgate.backend.lua import Arg, ScriptCall
 from lockgate.core.codec import FLOW_HOME
 from lockgate.errors import BrokerError
 
@@ -36,26 +35,12 @@ RELEASE_CHUNK = 300
 STAGE_TTL_MS = 3_600_000
 
 
-class FlowHost(Protocol):
-    """What the flow calls use of their store (:class:`lockgate.backend.store.Store`)."""
-
-    url: str
-    layout: Layout
+class FlowHost(JobHost, Protocol):
+    """What the flow calls use of their store (:class:`lockgate.backend.store.Store`):
+    what the job calls use, and its broker and wake-ups."""
 
     @property
     def broker(self) -> Broker: ...
-
-    def sync_connection(self) -> tuple[SyncClient, SyncScripts]: ...
-
-    async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]: ...
-
-    def run(
-        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
-    ) -> list[Any]: ...
-
-    async def run_async(
-        self, calls: Sequence[ScriptCall], job_ids: Sequence[str] | None = None
-    ) -> list[Any]: ...
 
     def wake_idle(self, counts: Mapping[str, int]) -> None: ...
 
