@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from types import TracebackType
 from typing import Any
 
 from lockgate.api.flows import FlowHost, FlowOps
@@ -14,6 +15,7 @@ from lockgate.backend.keys import Keys
 from lockgate.core import flows
 from lockgate.core.context import JobContext
 from lockgate.core.flows import decode_result, returns_of
+from lockgate.core.sansio import drive, drive_async
 from lockgate.core.status import JobInfo, encode_result
 from lockgate.errors import ResultUnavailable, StepDone
 
@@ -46,60 +48,102 @@ class FlowServices:
     def run_step(
         self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
     ) -> Any:
-        claim_name = Keys.step_claim_name(job.task, job.job_id, name)
-        store = self._app.store.flows
-        returns = returns_of(fn)
-        claim = job.step(name)
-        try:
-            claim.__enter__()
-        except StepDone:
-            return _kept(store.step_result(job.job_id, claim_name), returns, name)
-        try:
-            stored = store.step_result(job.job_id, claim_name)
-            if stored is not None:
-                value = decode_result(stored, returns)
-            else:
-                value = fn(*args, **kwargs)
-                ttl = max(1, round(job.idempotency_ttl * 1000))
-                kept = store.keep_step_result(job.job_id, claim_name, encode_result(value), ttl)
-                if kept is not None:  # another run's, stored first: the one that counts
-                    value = decode_result(kept, returns)
-        except BaseException as e:
-            claim.__exit__(type(e), e, e.__traceback__)
-            raise
-        claim.__exit__(None, None, None)
-        return value
+        step = _Step(self._app, job, name, fn, args, kwargs)
+        return drive(step.steps(), step.do)
 
     async def run_step_async(
         self, job: JobContext, name: str, fn: Callable[..., Any], args: Any, kwargs: Any
     ) -> Any:
-        claim_name = Keys.step_claim_name(job.task, job.job_id, name)
-        store = self._app.store.flows
-        returns = returns_of(fn)
-        claim = job.step(name)
+        step = _Step(self._app, job, name, fn, args, kwargs)
+        return await drive_async(step.steps(), step.do_async)
+
+
+# What run_step asks for, one at a time: to enter the step's claim, to read the stored
+# result, to call fn, to store its result (data, TTL ms), to leave the claim (the error
+# that ended the step, or None).
+_Enter = ("enter",)
+_Get = ("get",)
+_Call = ("call",)
+
+
+class _Step:
+    """One ``run_step``: its operation (:meth:`steps`, sans I/O, written once) and the
+    sync and async ways of doing what it asks for."""
+
+    def __init__(
+        self,
+        app: FlowHost,
+        job: JobContext,
+        name: str,
+        fn: Callable[..., Any],
+        args: Any,
+        kwargs: Any,
+    ) -> None:
+        self.name, self.fn, self.args, self.kwargs = name, fn, args, kwargs
+        self.job_id = job.job_id
+        self.claim_name = Keys.step_claim_name(job.task, job.job_id, name)
+        self.claim = job.step(name)
+        self.store = app.store.flows
+        self.ttl = max(1, round(job.idempotency_ttl * 1000))
+
+    def steps(self) -> Generator[tuple[Any, ...], Any, Any]:
+        """At most one successful run of fn recorded for the job and step: a finished
+        step gives back its stored result; a stored result (an earlier run stored it and
+        died before its claim was marked done) is returned without calling fn; fn's
+        result is stored unless another run stored one first."""
+        returns = returns_of(self.fn)
         try:
-            await claim.__aenter__()
+            yield _Enter
         except StepDone:
-            return _kept(await store.step_result_async(job.job_id, claim_name), returns, name)
+            return _kept((yield _Get), returns, self.name)
         try:
-            stored = await store.step_result_async(job.job_id, claim_name)
+            stored = yield _Get
             if stored is not None:
                 value = decode_result(stored, returns)
             else:
-                if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
-                else:
-                    value = await asyncio.to_thread(fn, *args, **kwargs)
-                ttl = max(1, round(job.idempotency_ttl * 1000))
-                data = encode_result(value)
-                kept = await store.keep_step_result_async(job.job_id, claim_name, data, ttl)
+                value = yield _Call
+                kept = yield ("keep", encode_result(value))
                 if kept is not None:  # another run's, stored first: the one that counts
                     value = decode_result(kept, returns)
         except BaseException as e:
-            await claim.__aexit__(type(e), e, e.__traceback__)
+            yield ("exit", e)
             raise
-        await claim.__aexit__(None, None, None)
+        yield ("exit", None)
         return value
+
+    def do(self, todo: tuple[Any, ...]) -> Any:
+        kind = todo[0]
+        if kind == "enter":
+            return self.claim.__enter__()
+        if kind == "get":
+            return self.store.step_result(self.job_id, self.claim_name)
+        if kind == "call":
+            return self.fn(*self.args, **self.kwargs)
+        if kind == "keep":
+            return self.store.keep_step_result(self.job_id, self.claim_name, todo[1], self.ttl)
+        error = todo[1]
+        return self.claim.__exit__(type(error) if error else None, error, _tb(error))
+
+    async def do_async(self, todo: tuple[Any, ...]) -> Any:
+        kind = todo[0]
+        if kind == "enter":
+            return await self.claim.__aenter__()
+        if kind == "get":
+            return await self.store.step_result_async(self.job_id, self.claim_name)
+        if kind == "call":
+            if inspect.iscoroutinefunction(self.fn):
+                return await self.fn(*self.args, **self.kwargs)
+            return await asyncio.to_thread(self.fn, *self.args, **self.kwargs)
+        if kind == "keep":
+            return await self.store.keep_step_result_async(
+                self.job_id, self.claim_name, todo[1], self.ttl
+            )
+        error = todo[1]
+        return await self.claim.__aexit__(type(error) if error else None, error, _tb(error))
+
+
+def _tb(error: BaseException | None) -> TracebackType | None:
+    return error.__traceback__ if error is not None else None
 
 
 def _result(end: JobInfo | None) -> Any:

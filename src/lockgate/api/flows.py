@@ -9,9 +9,10 @@ call of each of its jobs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -21,6 +22,7 @@ import msgspec
 from lockgate.api.task import Task
 from lockgate.backend.broker import Outgoing
 from lockgate.backend.flow_store import FlowRecord, FlowSummary, StagedJob
+from lockgate.backend.lua import ScriptCall
 from lockgate.backend.store import Store
 from lockgate.core import codec, flows
 from lockgate.core.flows import decode_result
@@ -225,35 +227,32 @@ class FlowOps:
 
     def enqueue(self, flow: flows.Step, flow_id: str | None) -> FlowResult:
         """[App.enqueue_flow][lockgate.App.enqueue_flow]."""
-        planned = self.plan(flow, flow_id)
-        staged, tasks = self._staged(planned)
-        store = self._app.store.flows
-        calls, commit = store.enqueue_calls(
-            planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
-        )
-        try:
-            created = store.enqueue(
+        planned, calls, commit = self._calls(flow, flow_id)
+        with _naming(planned.flow_id):
+            created = self._app.store.flows.enqueue(
                 planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
             )
-        except OutcomeUnknown as e:
-            raise _with_flow(e, planned.flow_id) from e.__cause__
         return FlowResult(planned.flow_id, created, planned.job_ids, self)
 
     async def enqueue_async(self, flow: flows.Step, flow_id: str | None) -> FlowResult:
         """Async :meth:`enqueue`."""
-        planned = self.plan(flow, flow_id)
-        staged, tasks = self._staged(planned)
-        store = self._app.store.flows
-        calls, commit = store.enqueue_calls(
-            planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
-        )
-        try:
-            created = await store.enqueue_async(
+        planned, calls, commit = self._calls(flow, flow_id)
+        with _naming(planned.flow_id):
+            created = await self._app.store.flows.enqueue_async(
                 planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
             )
-        except OutcomeUnknown as e:
-            raise _with_flow(e, planned.flow_id) from e.__cause__
         return FlowResult(planned.flow_id, created, planned.job_ids, self)
+
+    def _calls(
+        self, flow: flows.Step, flow_id: str | None
+    ) -> tuple[flows.FlowPlan, list[ScriptCall], ScriptCall]:
+        """The flow planned, and the calls that stage and commit it (pure)."""
+        planned = self.plan(flow, flow_id)
+        staged, tasks = self._staged(planned)
+        calls, commit = self._app.store.flows.enqueue_calls(
+            planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
+        )
+        return planned, calls, commit
 
     def ran_eagerly(
         self, planned: flows.FlowPlan, run: Callable[[codec.Job], JobInfo]
@@ -414,9 +413,13 @@ def _first_queues(planned: flows.FlowPlan) -> dict[str, int]:
     return counts
 
 
-def _with_flow(error: OutcomeUnknown, flow_id: str) -> OutcomeUnknown:
-    """The same error, naming the flow to enqueue again."""
-    return OutcomeUnknown(error.url, error.reason, error.job_ids, flow_id)
+@contextlib.contextmanager
+def _naming(flow_id: str) -> Iterator[None]:
+    """An ``OutcomeUnknown`` raised inside names the flow to enqueue again."""
+    try:
+        yield
+    except OutcomeUnknown as e:
+        raise OutcomeUnknown(e.url, e.reason, e.job_ids, flow_id) from e.__cause__
 
 
 def _flow_of(job_id: str) -> str | None:

@@ -12,7 +12,7 @@ flow is there whole or not at all, and a second enqueue of the same id adds noth
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -24,6 +24,7 @@ from lockgate.backend.job_store import JobHost
 from lockgate.backend.keys import Keys
 from lockgate.backend.lua import Arg, ScriptCall
 from lockgate.core.codec import FLOW_HOME
+from lockgate.core.sansio import drive, drive_async
 from lockgate.errors import BrokerError
 
 # Jobs staged per flow_stage call: about 5 us of server time each, so a call holds the
@@ -45,6 +46,23 @@ class FlowHost(JobHost, Protocol):
     def wake_idle(self, counts: Mapping[str, int]) -> None: ...
 
     async def wake_idle_async(self, counts: Mapping[str, int]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A step of an enqueue: run these calls (one round trip)."""
+
+    calls: list[ScriptCall]
+
+
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    """A step of an enqueue: wake idle workers (per queue, how many)."""
+
+    counts: Mapping[str, int]
+
+
+_Do = _Run | _Wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +177,8 @@ class Flows:
             OutcomeUnknown: no reply after a call was sent (enqueue again: it is safe).
             BrokerError: Redis refused, or could not be reached.
         """
-        staged = self._store.run(list(calls), job_ids)
-        if not all(int(reply) for reply in staged):
-            return False
-        created, left = (int(v) for v in self._store.run([commit], job_ids)[0])
-        while left > 0:
-            left = int(self._store.run([self._release_call(flow_id)], job_ids)[0])
-        if created:
-            self._store.wake_idle(first)
-        return _committed(created, left)
+        steps = self._enqueue_steps(flow_id, calls, commit, first)
+        return drive(steps, lambda do: self._do(do, job_ids))
 
     async def enqueue_async(
         self,
@@ -178,15 +189,38 @@ class Flows:
         first: Mapping[str, int],
     ) -> bool:
         """Async :meth:`enqueue`."""
-        staged = await self._store.run_async(list(calls), job_ids)
+        steps = self._enqueue_steps(flow_id, calls, commit, first)
+        return await drive_async(steps, lambda do: self._do_async(do, job_ids))
+
+    def _enqueue_steps(
+        self,
+        flow_id: str,
+        calls: Sequence[ScriptCall],
+        commit: ScriptCall,
+        first: Mapping[str, int],
+    ) -> Generator[_Do, Any, bool]:
+        """:meth:`enqueue`, sans I/O: it yields the calls to run and the wake-ups."""
+        staged = yield _Run(list(calls))
         if not all(int(reply) for reply in staged):
             return False
-        created, left = (int(v) for v in (await self._store.run_async([commit], job_ids))[0])
+        (committed,) = yield _Run([commit])
+        created, left = (int(v) for v in committed)
         while left > 0:
-            left = int((await self._store.run_async([self._release_call(flow_id)], job_ids))[0])
+            (released,) = yield _Run([self._release_call(flow_id)])
+            left = int(released)
         if created:
-            await self._store.wake_idle_async(first)
+            yield _Wake(first)
         return _committed(created, left)
+
+    def _do(self, do: _Do, job_ids: list[str]) -> Any:
+        if isinstance(do, _Run):
+            return self._store.run(do.calls, job_ids)
+        return self._store.wake_idle(do.counts)
+
+    async def _do_async(self, do: _Do, job_ids: list[str]) -> Any:
+        if isinstance(do, _Run):
+            return await self._store.run_async(do.calls, job_ids)
+        return await self._store.wake_idle_async(do.counts)
 
     def _release_call(self, flow_id: str) -> ScriptCall:
         keys = self.keys(flow_id)
