@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -28,6 +28,7 @@ from lockgate.core import codec, flows
 from lockgate.core.flows import decode_result
 from lockgate.core.message import Message
 from lockgate.core.outcome import ErrorInfo
+from lockgate.core.sansio import drive, drive_async
 from lockgate.core.status import JobInfo, Poll, ResultRecord, Status, moment
 from lockgate.errors import (
     ConfigError,
@@ -270,53 +271,43 @@ class FlowOps:
 
     def info(self, flow_id: str) -> FlowInfo:
         """[App.flow][lockgate.App.flow]."""
-        if flow_id in self.eager:
-            return _eager_info(flow_id, self.eager[flow_id])
-        record = self._app.store.flows.read(flow_id)
-        if record is None:
-            return FlowInfo(flow_id, "unknown")
-        asked = {p: self._app.job(flows.job_id(flow_id, p)) for p in _queued(record)}
-        return _info(flow_id, record, asked)
+        return drive(self._info_steps(flow_id), _do)
 
     async def info_async(self, flow_id: str) -> FlowInfo:
         """Async :meth:`info`."""
+        return await drive_async(self._info_steps(flow_id), _do_async)
+
+    def _info_steps(self, flow_id: str) -> Generator[_Ask, Any, FlowInfo]:
         if flow_id in self.eager:
             return _eager_info(flow_id, self.eager[flow_id])
-        record = await self._app.store.flows.read_async(flow_id)
+        record = yield _Ask(self._app.store.flows, "read", flow_id)
         if record is None:
             return FlowInfo(flow_id, "unknown")
         asked = {}
         for p in _queued(record):
-            asked[p] = await self._app.job_async(flows.job_id(flow_id, p))
+            asked[p] = yield _Ask(self._app, "job", flows.job_id(flow_id, p))
         return _info(flow_id, record, asked)
 
     def result(self, flow_id: str, timeout: float | None) -> Any:
         """[FlowResult.result][lockgate.FlowResult.result]."""
-        if flow_id in self.eager:
-            return _eager_result(flow_id, self.eager[flow_id])
-        poll = Poll(timeout, flow_id)
-        store = self._app.store.flows
-        while not _ended(summary := store.summary(flow_id)):
-            time.sleep(poll.next_wait())
-        record = store.read(flow_id)
-        if summary.dead or summary.cancelled or record is None:
-            errors = store.results(flow_id, _error_fields(record))
-            raise _failure(flow_id, record, _error(errors))
-        return self._assemble(record, store.results(flow_id, range(record.total)))
+        return drive(self._result_steps(flow_id, timeout), _do)
 
     async def result_async(self, flow_id: str, timeout: float | None) -> Any:
         """Async :meth:`result`."""
+        return await drive_async(self._result_steps(flow_id, timeout), _do_async)
+
+    def _result_steps(self, flow_id: str, timeout: float | None) -> Generator[_Ask, Any, Any]:
         if flow_id in self.eager:
             return _eager_result(flow_id, self.eager[flow_id])
         poll = Poll(timeout, flow_id)
         store = self._app.store.flows
-        while not _ended(summary := await store.summary_async(flow_id)):
-            await asyncio.sleep(poll.next_wait())
-        record = await store.read_async(flow_id)
+        while not _ended(summary := (yield _Ask(store, "summary", flow_id))):
+            yield _Ask(_CLOCK, "sleep", poll.next_wait())
+        record = yield _Ask(store, "read", flow_id)
         if summary.dead or summary.cancelled or record is None:
-            errors = await store.results_async(flow_id, _error_fields(record))
+            errors = yield _Ask(store, "results", flow_id, _error_fields(record))
             raise _failure(flow_id, record, _error(errors))
-        return self._assemble(record, await store.results_async(flow_id, range(record.total)))
+        return self._assemble(record, (yield _Ask(store, "results", flow_id, range(record.total))))
 
     def _assemble(self, record: FlowRecord, results: Sequence[bytes | None]) -> Any:
         values = [
@@ -335,49 +326,75 @@ class FlowOps:
         """After ``App.cancel`` removed a waiting job: when it was a job of a flow, the
         cancel call cancelled the flow too (``cancel_job.lua``), so the flow's other
         queued jobs are cancelled now (they would run for nothing)."""
-        flow_id = _flow_of(job_id)
-        if flow_id is None or flow_id in self._cancelling:
-            return
-        if self._app.store.flows.summary(flow_id).cancelled:
-            self.cancel(flow_id)
+        drive(self._job_cancelled_steps(job_id), _do)
 
     async def job_cancelled_async(self, job_id: str) -> None:
         """Async :meth:`job_cancelled`."""
+        await drive_async(self._job_cancelled_steps(job_id), _do_async)
+
+    def _job_cancelled_steps(self, job_id: str) -> Generator[_Ask, Any, None]:
         flow_id = _flow_of(job_id)
         if flow_id is None or flow_id in self._cancelling:
             return
-        if (await self._app.store.flows.summary_async(flow_id)).cancelled:
-            await self.cancel_async(flow_id)
+        if (yield _Ask(self._app.store.flows, "summary", flow_id)).cancelled:
+            yield from self._cancel_steps(flow_id)
 
     def cancel(self, flow_id: str) -> int:
         """[App.cancel_flow][lockgate.App.cancel_flow]."""
-        store = self._app.store
-        record = store.flows.read(flow_id)  # before the cancel drops the held jobs
-        (dropped,) = store.run([store.flows.cancel_call(flow_id)])
-        if int(dropped) < 0 or record is None:
-            return 0
-        queued = [flows.job_id(flow_id, p) for p in _queued(record)]
-        self._cancelling.add(flow_id)  # these cancels need not cancel the flow again
-        try:
-            return int(dropped) + sum(self._app.cancel(job_id) for job_id in queued)
-        finally:
-            self._cancelling.discard(flow_id)
+        return drive(self._cancel_steps(flow_id), _do)
 
     async def cancel_async(self, flow_id: str) -> int:
         """Async :meth:`cancel`."""
+        return await drive_async(self._cancel_steps(flow_id), _do_async)
+
+    def _cancel_steps(self, flow_id: str) -> Generator[_Ask, Any, int]:
         store = self._app.store
-        record = await store.flows.read_async(flow_id)  # before the cancel drops held jobs
-        (dropped,) = await store.run_async([store.flows.cancel_call(flow_id)])
+        record = yield _Ask(store.flows, "read", flow_id)  # before the cancel drops held jobs
+        (dropped,) = yield _Ask(store, "run", [store.flows.cancel_call(flow_id)])
         if int(dropped) < 0 or record is None:
             return 0
-        cancelled = 0
+        cancelled = int(dropped)
         self._cancelling.add(flow_id)  # these cancels need not cancel the flow again
         try:
             for p in _queued(record):
-                cancelled += await self._app.cancel_async(flows.job_id(flow_id, p))
+                cancelled += yield _Ask(self._app, "cancel", flows.job_id(flow_id, p))
         finally:
             self._cancelling.discard(flow_id)
-        return int(dropped) + cancelled
+        return cancelled
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class _Ask:
+    """A call an operation's steps ask for: ``target.method(*args)`` from the sync API,
+    ``await target.method_async(*args)`` from the async one (the store's and the App's
+    methods come in such pairs)."""
+
+    target: Any
+    method: str
+    args: tuple[Any, ...]
+
+    def __init__(self, target: Any, method: str, *args: Any) -> None:
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "args", args)
+
+
+def _do(ask: _Ask) -> Any:
+    return getattr(ask.target, ask.method)(*ask.args)
+
+
+async def _do_async(ask: _Ask) -> Any:
+    return await getattr(ask.target, ask.method + "_async")(*ask.args)
+
+
+class _Clock:
+    """The waits of a poll, as :class:`_Ask` calls them."""
+
+    sleep = staticmethod(time.sleep)
+    sleep_async = staticmethod(asyncio.sleep)
+
+
+_CLOCK = _Clock()
 
 
 def _eager_info(flow_id: str, ran: EagerFlow) -> FlowInfo:
