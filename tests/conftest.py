@@ -281,6 +281,12 @@ def worker_for(app: App, **config: Any) -> Worker:
     return Worker(app, WorkerConfig(**config))
 
 
+async def drain(app: App, **config: Any) -> None:
+    """Run a burst worker until nothing is queued, delayed or running (a loose bound
+    against hangs): whatever would still run has run then."""
+    await asyncio.wait_for(worker_for(app, **config).run(burst=True), WAIT_TIMEOUT)
+
+
 def most_at_once(spans: list[tuple[float, float]]) -> int:
     """The most spans (start, end) open at one moment (a ledger's concurrency)."""
     edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])

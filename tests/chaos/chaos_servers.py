@@ -5,12 +5,15 @@ crashes (see test_chaos.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import shutil
 import signal
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import pytest
 import redis
 from redis.cluster import ClusterNode
 from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
@@ -18,6 +21,21 @@ from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from clusters import CLUSTER_OPTIONS, LocalCluster, Node, wait_for
 from lockgate import App
 from lockgate.integrations.embedded import EmbeddedServer
+
+# A chaos run draws its faults from a seed; setting this replays a run.
+SEED_ENV = "LOCKGATE_CHAOS_SEED"
+
+
+def chaos_seed() -> int:
+    """The seed in ``LOCKGATE_CHAOS_SEED``, else a fresh one."""
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return random.SystemRandom().randrange(2**32)
+    try:
+        return int(value)
+    except ValueError:
+        pytest.fail(f"{SEED_ENV}={value!r} is not an integer")
+
 
 # What a read of the queues meets while the server, or one primary, is down.
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, ClusterError, RedisClusterException,

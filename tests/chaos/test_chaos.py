@@ -56,7 +56,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from chaos_servers import OUTAGE, Server, serving
+from chaos_servers import OUTAGE, SEED_ENV, Server, chaos_seed, serving
 
 from lockgate import App, Message
 from lockgate.backend.keys import GROUP
@@ -68,7 +68,6 @@ from lockgate.integrations.postgres import init_schema
 pytestmark = pytest.mark.chaos
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
-SEED_ENV = "LOCKGATE_CHAOS_SEED"
 PARTITIONS_ENV = "LOCKGATE_TEST_PARTITIONS"  # read by chaos_app
 LOG_LEVEL = os.environ.get("LOCKGATE_CHAOS_LOG_LEVEL", "WARNING")  # of the workers' logs
 JOBS = 2_000
@@ -104,17 +103,6 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS chaos_deaths (run text NOT NULL, pid int NOT NULL,"
     " at double precision NOT NULL)",
 )
-
-
-def chaos_seed() -> int:
-    """The seed in ``LOCKGATE_CHAOS_SEED``, else a fresh one."""
-    value = os.environ.get(SEED_ENV, "").strip()
-    if not value:
-        return random.SystemRandom().randrange(2**32)
-    try:
-        return int(value)
-    except ValueError:
-        pytest.fail(f"{SEED_ENV}={value!r} is not an integer")
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 import psycopg
 import pytest
-from chaos_servers import OUTAGE, Server, serving
+from chaos_servers import OUTAGE, SEED_ENV, Server, chaos_seed, serving
 from psycopg import sql
 
 from lockgate import App, BrokerError, FlowResult, JobFailed, group
@@ -60,7 +60,6 @@ from lockgate.backend.keys import GROUP
 pytestmark = pytest.mark.chaos
 
 DSN = os.environ.get("LOCKGATE_PG_DSN", "host=127.0.0.1 dbname=test user=postgres")
-SEED_ENV = "LOCKGATE_CHAOS_SEED"
 LOG_LEVEL = os.environ.get("LOCKGATE_CHAOS_LOG_LEVEL", "WARNING")  # of the workers' logs
 MEMBERS = 2_000
 WORKERS = 4
@@ -93,17 +92,6 @@ SCHEMA = (
 )
 TABLES = ["flow_chaos_effects", "flow_chaos_attempts", "flow_chaos_starts"]
 TABLES += ["flow_chaos_callbacks"]
-
-
-def chaos_seed() -> int:
-    """The seed in ``LOCKGATE_CHAOS_SEED``, else a fresh one."""
-    value = os.environ.get(SEED_ENV, "").strip()
-    if not value:
-        return random.SystemRandom().randrange(2**32)
-    try:
-        return int(value)
-    except ValueError:
-        pytest.fail(f"{SEED_ENV}={value!r} is not an integer")
 
 
 class Fleet:

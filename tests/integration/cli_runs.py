@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib
 import sys
 from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 from click.testing import CliRunner, Result
 
+from lockgate import App, Worker, WorkerConfig
 from lockgate.cli import main
 
 
@@ -41,6 +45,34 @@ def cli_app_in(namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
         module = sys.modules.pop("cli_app", None)
         if module is not None:
             module.app.close()
+
+
+@contextlib.contextmanager
+def cli_app_module(
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ModuleType]:
+    """``cli_app`` imported for a test's Redis and namespace; its client closed after."""
+    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
+    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
+    sys.modules.pop("cli_app", None)
+    module = importlib.import_module("cli_app")
+    try:
+        yield module
+    finally:
+        module.app.close()
+        sys.modules.pop("cli_app", None)
+
+
+def work_off(app: App, concurrency: int = 2) -> None:
+    """Run a worker until nothing is queued, delayed or running."""
+
+    async def run() -> None:
+        try:
+            await Worker(app, WorkerConfig(concurrency=concurrency, idle_wait=1.0)).run(burst=True)
+        finally:
+            await app.aclose()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
 
 
 def title(result: Result) -> str:

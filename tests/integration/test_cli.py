@@ -11,7 +11,6 @@ list``.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.metadata
 import json
@@ -27,12 +26,12 @@ from types import ModuleType
 
 import pytest
 import redis
-from cli_runs import invoke, one_error_line
+from cli_runs import cli_app_module, invoke, one_error_line, work_off
 from click.testing import CliRunner
 from terminal import Terminal
 
 from conftest import job_ended, wait_until_sync
-from lockgate import App, Worker, WorkerConfig
+from lockgate import App
 from lockgate.cli import main
 from lockgate.core.codec import Job, encode
 from lockgate.ops.deadletter import list_dead, replay
@@ -46,25 +45,8 @@ IMPORTED = "DEBUG cli_app: cli_app imported"  # cli_app.IMPORTED, logged at DEBU
 @pytest.fixture
 def cli(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``cli_app`` imported for this test's Redis and namespace; its client closed after."""
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("cli_app", None)
-    module = importlib.import_module("cli_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("cli_app", None)
-
-
-def work_off(app: App) -> None:
-    """Run a worker until nothing is queued, delayed or running."""
-
-    async def run() -> None:
-        try:
-            await Worker(app, WorkerConfig(concurrency=2, idle_wait=1.0)).run(burst=True)
-        finally:
-            await app.aclose()
-
-    asyncio.run(asyncio.wait_for(run(), 60))
+    with cli_app_module(redis_url, namespace, monkeypatch) as module:
+        yield module
 
 
 @pytest.fixture

@@ -8,18 +8,15 @@ reads its namespace from the environment and is imported afresh for each test.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import json
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 import redis
-from cli_runs import invoke, one_error_line
+from cli_runs import cli_app_module, invoke, one_error_line, work_off
 
-from lockgate import App, Worker, WorkerConfig, group
+from lockgate import group
 from lockgate.cli.tables import display_width
 
 SPEC = "cli_app:app"
@@ -29,32 +26,15 @@ MEMBERS = 10
 @pytest.fixture
 def cli(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``cli_app`` imported for this test's Redis and namespace; its client closed after."""
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("cli_app", None)
-    module = importlib.import_module("cli_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("cli_app", None)
-
-
-def work_off(app: App) -> None:
-    """Run a worker until nothing is queued, delayed or running."""
-
-    async def run() -> None:
-        try:
-            await Worker(app, WorkerConfig(concurrency=4, idle_wait=1.0)).run(burst=True)
-        finally:
-            await app.aclose()
-
-    asyncio.run(asyncio.wait_for(run(), 60))
+    with cli_app_module(redis_url, namespace, monkeypatch) as module:
+        yield module
 
 
 def chord(cli: ModuleType, flow_id: str) -> None:
     """``later`` members side by side, then one more ``later``: run to the end."""
     members = group(*(cli.later.message(n) for n in range(MEMBERS)))
     cli.app.enqueue_flow(members.then(cli.later.message(99)), flow_id=flow_id)
-    work_off(cli.app)
+    work_off(cli.app, concurrency=4)
 
 
 def test_a_finished_chord_as_a_table(cli: ModuleType) -> None:
@@ -90,7 +70,7 @@ def test_json_has_every_job_in_full(cli: ModuleType) -> None:
 def test_a_failed_flow_names_the_dead_letter_of_its_dead_job(cli: ModuleType) -> None:
     flow = group(cli.later.message(1), cli.charge.message("A1")).then(cli.later.message(2))
     cli.app.enqueue_flow(flow, flow_id="checkout")
-    work_off(cli.app)
+    work_off(cli.app, concurrency=4)
     result = invoke("flow", SPEC, "checkout")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import running, wait_until, worker_for
+from conftest import drain, running, wait_until, worker_for
 from lockgate import (
     App,
     ConnectionFailed,
@@ -139,8 +139,7 @@ async def test_purging_a_waiting_job_of_a_flow_ends_the_flow(
 
     result = app.enqueue_flow(chain(work.message(0), work.message(1)), flow_id="purged")
     assert await queues.purge(app, "default") == 1
-    async with running(worker_for(app, concurrency=2)):
-        await asyncio.sleep(0.5)
+    await drain(app, concurrency=2)
     assert app.flow("purged").state in ("cancelled", "failed")
     assert _flow_keys_without_ttl(app, "purged") == []
     with pytest.raises(Exception) as ended:
@@ -295,8 +294,9 @@ async def test_a_job_whose_result_has_no_json_form_succeeds_in_a_flow_as_alone(
     app.enqueue_flow(chain(charge.message(2), notify.message()), flow_id="receipt")
     async with running(worker_for(app, concurrency=2)):
         await wait_until(lambda: app.job(plain.job_id).status == "done", timeout=20)
-        await wait_until(lambda: app.flow("receipt").state != "waiting", timeout=20)
-        await asyncio.sleep(0.5)
+        await wait_until(
+            lambda: app.flow("receipt").state not in ("waiting", "running"), timeout=20
+        )
     assert sorted(effects) == [1, 2]
     assert app.flow("receipt").state == "done"
 
@@ -394,10 +394,11 @@ async def test_replaying_a_letter_that_outlived_its_flow_says_so_or_resumes_it(
     async with running(worker_for(app, concurrency=2)):
         with pytest.raises(JobFailed):
             await result.result_async(timeout=20)
-        await asyncio.sleep(2.0)  # the flow's keys expire; the letter is still listed
+        # The flow's keys expire; the letter is still listed.
+        await wait_until(lambda: not app.store.flows.summary("outlived").total, timeout=20)
         broken["b"] = False
         (replayed,) = deadletter.replay(app, [await _letter(app, "outlived.1")])
-        await asyncio.sleep(1.0)
+    await drain(app, concurrency=2)
     assert replayed.outcome != "enqueued" or callbacks == [1], (
         f"replay said {replayed.outcome!r}, the flow reads {app.flow('outlived').state!r}"
         ", and its callback never ran"
@@ -534,8 +535,7 @@ async def test_a_retried_stage_call_does_not_run_a_first_job_twice(
     assert (created, left) == (1, total - flow_store.RELEASE_CHUNK)  # each root once
     async with running(worker_for(app, concurrency=16)):
         await wait_until(lambda: len(runs) >= 300, timeout=30)
-        await asyncio.sleep(0.5)
         await store.finish_releases()
         await wait_until(lambda: app.store.flows.summary("twice").done == total, timeout=30)
-        await asyncio.sleep(0.5)
+    await drain(app, concurrency=16)  # a second copy of a root would run now
     assert len(runs) == total, f"{len(runs) - total} first jobs ran twice"

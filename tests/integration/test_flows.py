@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from conftest import running, wait_until, worker_for
+from conftest import drain, running, wait_until, worker_for
 from lockgate import (
     App,
     ConfigError,
@@ -147,7 +147,7 @@ async def test_enqueue_flow_twice_enqueues_once(make_app: Callable[..., App], ba
         await first.result_async(timeout=20)
         late = await app.enqueue_flow_async(flow(), flow_id="once")  # type: ignore[arg-type]
         assert not late.created
-        await asyncio.sleep(0.2)  # a second copy would run now: none must
+    await drain(app)  # a second copy would run now: none must
     assert sorted(runs) == [1, 2, 3]
 
 
@@ -221,8 +221,7 @@ async def test_cancel_flow_leaves_no_job_behind(make_app: Callable[..., App], ba
     assert app.flow("cancel-me").state == "waiting"
     assert await app.cancel_flow_async("cancel-me") == 4
     assert (await app.flow_async("cancel-me")).state == "cancelled"
-    async with running(worker_for(app, concurrency=4)):
-        await asyncio.sleep(0.3)
+    await drain(app, concurrency=4)
     assert runs == []
     with pytest.raises(JobFailed):
         result.result(timeout=5)
@@ -244,8 +243,7 @@ async def test_cancelling_one_waiting_job_of_a_flow_cancels_the_flow(
     result = app.enqueue_flow(group(work.message(0), work.message(1)).then(work.message(2)))
     assert await app.cancel_async(result.job_ids[0])
     assert app.flow(result.flow_id).state == "cancelled"
-    async with running(worker_for(app, concurrency=2)):
-        await asyncio.sleep(0.3)
+    await drain(app, concurrency=2)
     assert runs == []
     assert [job.state for job in app.flow(result.flow_id).jobs] == ["cancelled"] * 3
     assert app.cancel("plain.7") is False  # an id that names no flow: nothing to do
