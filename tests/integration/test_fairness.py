@@ -21,7 +21,7 @@ from lockgate.backend.broker import Outgoing
 from lockgate.backend.keys import fair_lane
 from lockgate.core import codec
 from lockgate.ops.inspect import queue_stats, stats_report
-from lockgate.ops.queues import purge
+from lockgate.ops.queues import pause, purge
 
 
 @pytest.mark.parametrize("backend", ["streams", "sorted"])
@@ -504,6 +504,34 @@ async def test_sorted_backend_lanes_count_cancel_purge_and_delay(
     client = app.client()
     assert not client.exists(app.keys.sorted_lane("default", "low", "x"))
     assert int(client.hget(app.keys.sorted_heads("default"), "") or 0) == 0
+
+
+async def test_sorted_backend_delayed_jobs_join_their_lane_with_their_level_boost_exactly(
+    make_app: Callable[..., App],
+) -> None:
+    """Sorted backend: a delayed keyed job that falls due behind its key's head joins the
+    key's lane scored so that the score less its rank is its level's boost to the
+    microsecond; a rounded due time made the next head rank up to 1 ms late, behind a
+    key whose head was taken just after (a failed CI run)."""
+    app = make_app(backend="sorted")
+
+    @app.task(priority="low", key_by="tenant")
+    async def report(tenant: str, n: int) -> None:
+        pass
+
+    await pause(app, "default")
+    app.enqueue_many([report.message("a", 0)])
+    sent = app.enqueue_many([report.message("a", n, delay=0.02) for n in range(1, 4)])
+    lane = app.keys.sorted_lane("default", "low", "a")
+    client = app.client()
+    worker = worker_for(app, concurrency=1)  # paused: its takes only move due jobs
+    async with running(worker):
+        await wait_until(lambda: client.zcard(lane) == 3)
+    boost = app.store.broker.boost("low")
+    ranks = app.keys.sorted_keys("default").ranks
+    for result in sent:
+        score = float(client.zscore(lane, result.job_id))
+        assert round(score) - int(client.hget(ranks, result.job_id)) == boost
 
 
 async def test_sorted_backend_stats_show_the_busiest_keys(make_app: Callable[..., App]) -> None:

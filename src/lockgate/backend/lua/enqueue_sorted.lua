@@ -47,7 +47,9 @@ for i = 7, #KEYS, 2 do
     -- format by hand: Lua's default %.14g would round a microsecond stamp
     local rank = string.format('%.0f', stamp + delay * 1000 - boost)
     if delay > 0 then
-      redis.call('ZADD', KEYS[6], string.format('%.0f', now + delay), job_id)
+      -- due in ms to the microsecond: a keyed job's lane score is its due time, and that
+      -- less its rank must be its level's boost exactly (take_sorted.lua, _fair_sorted.lua)
+      redis.call('ZADD', KEYS[6], string.format('%.3f', (stamp + delay * 1000) / 1000), job_id)
     elseif not sorted_place(KEYS[1], job_id, rank, stamp, payload) then
       redis.call('ZADD', KEYS[1], rank, job_id)
     end

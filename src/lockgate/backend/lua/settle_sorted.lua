@@ -60,7 +60,7 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     redis.call('HSET', KEYS[2], id, ARGV[10])
     redis.call('HSET', KEYS[3], id,
       string.format('%.0f', now + delay * 1000 - tonumber(ARGV[12])))
-    redis.call('ZADD', KEYS[6], string.format('%.0f', math.floor(now / 1000) + delay), id)
+    redis.call('ZADD', KEYS[6], string.format('%.3f', (now + delay * 1000) / 1000), id)
     redis.call('XADD', KEYS[8], 'MAXLEN', '16', '*', 'due', ARGV[11])
   else
     redis.call('HDEL', KEYS[2], id)

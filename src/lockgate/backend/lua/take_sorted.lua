@@ -56,9 +56,10 @@ local function requeue(from, ids)
   end
 end
 -- Due delayed jobs go back at their stored rank, a keyed one to its key's lane when its
--- key has a job waiting (its lane score: its due time, so that the score less its rank
--- is its level's boost, within a millisecond; see _fair_sorted.lua).
-local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
+-- key has a job waiting (its lane score: its due time in us, kept to the microsecond in
+-- delayed, so that the score less its rank is its level's boost; see _fair_sorted.lua).
+local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', string.format('%.3f', stamp / 1000),
+  'WITHSCORES', 'LIMIT', 0, 1000)
 for i = 1, #due, 2 do
   local id = due[i]
   local rank = redis.call('HGET', KEYS[4], id)
@@ -116,7 +117,7 @@ local next_ms = -1
 for _, key in ipairs({KEYS[2], KEYS[5]}) do
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #first == 2 then
-    local wait = math.max(0, tonumber(first[2]) - now)
+    local wait = math.max(0, math.ceil(tonumber(first[2]) - stamp / 1000))
     if next_ms < 0 or wait < next_ms then next_ms = wait end
   end
 end
