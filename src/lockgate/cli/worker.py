@@ -40,6 +40,9 @@ log = get_logger(__name__)
               help="Seconds an idempotent job's claim outlives a worker that died.")  # fmt: skip
 @click.option("--embedded", is_flag=True, help="Run a private Redis-compatible server.")
 @url_option
+@click.option("--wait", "redis_wait", type=click.FloatRange(min=0), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="How long to wait for Redis at start (then exit 2).")  # fmt: skip
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes, under a supervisor that restarts them.")  # fmt: skip
 @click.option("--burst", is_flag=True,
@@ -68,6 +71,7 @@ def worker(
     claim_lease: float,
     embedded: bool,
     url: str | None,
+    redis_wait: float,
     processes: int,
     burst: bool,
     no_scheduler: bool,
@@ -102,6 +106,7 @@ def worker(
             max_deliveries=max_deliveries,
             claim_lease=claim_lease,
             scheduler=not no_scheduler,
+            redis_wait=redis_wait,
         )
         _warn_unknown_queues(app, config.queues)
         running = Worker(app, config)

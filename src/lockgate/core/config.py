@@ -148,6 +148,9 @@ class WorkerConfig:
             whose acknowledgement was held up could run again elsewhere.
         scheduler: enqueue the ticks of the ``@app.cron`` tasks of the queues served
             here (each tick once, however many workers do it); False leaves it to others.
+        redis_wait: how long a starting worker waits for Redis to answer, trying again
+            with capped backoff (a docker-compose start order); 0 raises ``ConnectionFailed``
+            at once. ``lockgate worker --wait`` sets it (30 s by default there).
     """
 
     concurrency: int = 8
@@ -159,8 +162,10 @@ class WorkerConfig:
     max_deliveries: int = 5
     claim_lease: float | timedelta = 30.0
     scheduler: bool = True
+    redis_wait: float | timedelta = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "redis_wait", max(0.0, seconds(self.redis_wait, "redis_wait")))
         if not isinstance(self.scheduler, bool):
             raise ConfigError(f"scheduler must be True or False, got {self.scheduler!r}")
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -200,6 +205,11 @@ class WorkerConfig:
     def claim_lease_seconds(self) -> float:
         """Claim lease in seconds."""
         return cast(float, self.claim_lease)  # normalised in __post_init__
+
+    @property
+    def redis_wait_seconds(self) -> float:
+        """How long a starting worker waits for Redis, in seconds."""
+        return cast(float, self.redis_wait)  # normalised in __post_init__
 
     @property
     def visibility_seconds(self) -> float:

@@ -15,7 +15,8 @@ and serving the other workers' beats. Timing alone is not a proof of death, so:
 - After an outage (Redis down, restarted from disk, hung: no worker could beat), nobody
   is taken for dead until beats have come for a whole lease again.
 - A beat that fails is retried soon, not a period later, so an outage shorter than the
-  lease never lapses a live worker.
+  lease never lapses a live worker; the first beat that lands again logs that Redis is
+  back, and after how long.
 
 The same thread watches the event loop: a loop that has not ticked for
 :data:`STALL_AFTER` seconds is logged, with the jobs running, and again when it
@@ -174,8 +175,8 @@ class LivenessKeeper:
                             "run elsewhere too, and their settles here are refused: %s",
                             self._consumer, lapsed / 1000, _ids(self._running()))  # fmt: skip
         if self._failing_since is not None and len(landed) == len(replies):
-            log.info("worker %s: liveness beats land again after %.1fs", self._consumer,
-                     time.monotonic() - self._failing_since)  # fmt: skip
+            log.info("worker %s: Redis is back after %.1f s (liveness beats land again)",
+                     self._consumer, time.monotonic() - self._failing_since)  # fmt: skip
             self._failing_since = None
         self._raise_first(replies)  # logged, and tried again soon
 

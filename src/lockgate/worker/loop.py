@@ -55,6 +55,7 @@ from lockgate.worker.registry import Registry
 from lockgate.worker.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.worker.scheduler import Scheduler, served
 from lockgate.worker.settler import Settler
+from lockgate.worker.startup import worker_client
 
 log = get_logger(__name__)
 GATHER = 0.01  # seconds a partitioned worker's read may wait for more free slots
@@ -173,15 +174,13 @@ class Worker:
                 scripts, examples and tests).
 
         Raises:
-            ConnectionFailed: Redis cannot be reached at start.
+            ConnectionFailed: Redis cannot be reached at start (within ``redis_wait``).
             AccessDenied: Redis refuses this client (password, ACL, missing command).
             StartupFailed: an ``on_startup`` hook raised (no job was taken).
         """
         concurrency = self.config.concurrency
         store = self.app.store
-        client, warnings = await store.connect_worker(max_connections=2 * concurrency + 8)
-        for warning in warnings:
-            log.warning("%s", warning)
+        client = await worker_client(store, 2 * concurrency + 8, self.config.redis_wait_seconds)
         # Jobs of idempotent tasks are claimed by the read that hands them out.
         idempotent = [name for name, task in self.app.tasks.items() if task.idempotent]
         consumer = self._consumer = store.consumer(
