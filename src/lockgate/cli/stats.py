@@ -36,7 +36,7 @@ KEY_COLUMNS = (
 @log_level_option
 def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     """Per queue and level: waiting, pending, delayed, live workers, done, retried and
-    dead-lettered in the last 15 minutes, oldest wait."""
+    dead-lettered in the last 15 minutes, oldest wait; and the paused queues."""
     app = load_app(app_spec, url)
     with reported_errors():
         result = run_closing(app, lambda: stats_report(app))
@@ -48,9 +48,11 @@ def stats(app_spec: str, as_json: bool, url: str | None) -> None:
     title = f"lockgate {app.namespace} @ {masked(app.redis_url)}"
     note = (f"workers: live workers serving the queue; done, retried, dead: the last "
             f"{result.activity.minutes} min")  # fmt: skip
-    caption = f"dead letters: {result.stats.dead_letters}"
+    caption = [f"dead letters: {result.stats.dead_letters}"]
+    if result.paused:  # workers take none of their jobs: the first thing to know of a queue
+        caption.append(fit(f"paused queues: {', '.join(sorted(result.paused))}", width))
     table = render(STATS_COLUMNS, rows, width)
-    click.echo("\n".join([fit(title, width), *table, fit(note, width), caption]))
+    click.echo("\n".join([fit(title, width), *table, fit(note, width), *caption]))
     if result.keys:
         keys = [_key_row(row) for row in result.keys]
         click.echo("\n".join(["", *render(KEY_COLUMNS, keys, width)]))

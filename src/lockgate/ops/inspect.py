@@ -83,13 +83,14 @@ async def activity(app: App, minutes: int = RECENT_MINUTES) -> Activity:
 
 @dataclass(frozen=True, slots=True)
 class StatsReport:
-    """What ``lockgate stats`` shows: the queue counts, the live workers, and what was
-    done, retried and dead-lettered in the last minutes."""
+    """What ``lockgate stats`` shows: the queue counts, the live workers, what was
+    done, retried and dead-lettered in the last minutes, and the paused queues."""
 
     stats: Stats
     workers: list[WorkerInfo]
     activity: Activity
     keys: list[KeyStats]
+    paused: frozenset[str] = frozenset()
 
     def serving(self, queue: str) -> int:
         """How many live workers serve ``queue``."""
@@ -104,12 +105,15 @@ class StatsReport:
 
     def as_dict(self) -> dict[str, Any]:
         """:meth:`Stats.as_dict`, each level with its ``live_workers``, ``done``,
-        ``retried`` and ``dead`` counts, and the ``workers`` and ``recent_minutes``."""
+        ``retried`` and ``dead`` counts and whether its queue is ``paused``, and the
+        ``workers``, ``recent_minutes`` and ``paused_queues``."""
         found = self.stats.as_dict()
         for row, shown in zip(self.stats.levels, found["levels"], strict=True):
             totals = self.recent(row)
             shown.update(live_workers=self.serving(row.queue), done=totals.done,
-                         retried=totals.retried, dead=totals.dead)  # fmt: skip
+                         retried=totals.retried, dead=totals.dead,
+                         paused=row.queue in self.paused)  # fmt: skip
+        found["paused_queues"] = sorted(self.paused)
         found["recent_minutes"] = self.activity.minutes
         found["workers"] = [info.as_dict() for info in self.workers]
         found["busiest_keys"] = [row.as_dict() for row in self.keys]
@@ -130,8 +134,8 @@ async def busiest_keys(app: App, top: int = BUSIEST_KEYS) -> list[KeyStats]:
 
 
 async def stats_report(app: App, minutes: int = RECENT_MINUTES) -> StatsReport:
-    """:func:`queue_stats`, :func:`live_workers`, :func:`activity` and the
-    :data:`BUSIEST_KEYS` busiest fairness keys of ``app``.
+    """:func:`queue_stats`, :func:`live_workers`, :func:`activity`, the
+    :data:`BUSIEST_KEYS` busiest fairness keys of ``app`` and its paused queues.
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
@@ -141,5 +145,6 @@ async def stats_report(app: App, minutes: int = RECENT_MINUTES) -> StatsReport:
     }
     keys = await app.store.busiest_keys(app.queues, BUSIEST_KEYS, limits)
     return StatsReport(
-        await queue_stats(app), await live_workers(app), await activity(app, minutes), keys
-    )
+        await queue_stats(app), await live_workers(app), await activity(app, minutes), keys,
+        frozenset(await app.store.paused()),
+    )  # fmt: skip
