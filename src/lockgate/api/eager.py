@@ -20,12 +20,11 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
-import msgspec
-
 from lockgate.api.idempotency import ClaimHost, step_claim
 from lockgate.api.task import Task
 from lockgate.core import codec
 from lockgate.core.context import JobContext, JobServices, reset_current, set_current
+from lockgate.core.flows import decode_result
 from lockgate.core.outcome import ErrorInfo, dead, decide
 from lockgate.core.sansio import drive, drive_async
 from lockgate.core.status import JobInfo, encode_result, final_status, moment
@@ -126,7 +125,7 @@ class EagerRuns:
         if outcome.kind == "done" and not outcome.cancelled:
             try:  # what a worker would keep: encoded, then decoded as the task says
                 kept = encode_result(returned)
-                result = msgspec.json.decode(kept, type=task.returns, strict=False)
+                result = decode_result(kept, task.returns)
             except Exception as e:
                 outcome, failure = dead("its result could not be kept", e), ErrorInfo.of(e)
         info = JobInfo(

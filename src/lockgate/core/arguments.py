@@ -41,6 +41,7 @@ import msgspec
 
 from lockgate.core.codec import MAX_DEPTH, depth_within, nesting_depth
 from lockgate.core.logs import get_logger
+from lockgate.core.records import convert, enc_hook, record_fields
 from lockgate.errors import InvalidArguments, SerializationError
 
 log = get_logger(__name__)
@@ -56,7 +57,7 @@ _STR_ONLY = frozenset({str})
 # other types: "5" could come back as an int).
 _SELF_RESTORING: frozenset[type] = frozenset({date, Decimal, UUID, bytes})
 
-_encoder = msgspec.json.Encoder()
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 _decoder = msgspec.json.Decoder()
 _repr = reprlib.Repr()
 _repr.maxstring = _repr.maxother = 120
@@ -220,7 +221,7 @@ class Schema:
         if param.annotation is None or type(value) in param.keep:
             return value
         try:
-            return msgspec.convert(value, param.annotation, strict=False)
+            return convert(value, param.annotation, strict=False)
         except Exception as e:  # ValidationError, or a RecursionError deep in the stack
             raise InvalidArguments(f"{self._where(param, item)} ({param.type_name}): {e}") from e
 
@@ -250,7 +251,7 @@ class Schema:
         arrived = _decoder.decode(data)
         if param.annotation is not None:
             try:
-                arrived = msgspec.convert(arrived, param.annotation, strict=False)
+                arrived = convert(arrived, param.annotation, strict=False)
             except Exception as e:
                 raise SerializationError(
                     f"{where} ({param.type_name}): {_show(value)} would arrive as "
@@ -272,7 +273,7 @@ class Schema:
 def _check_fits(where: str, param: Parameter, value: Any) -> None:
     """Raise InvalidArguments unless msgspec takes ``value`` as its annotation unchanged."""
     try:
-        fitted = msgspec.convert(value, param.annotation, strict=True)
+        fitted = convert(value, param.annotation, strict=True)
     except RecursionError as e:
         raise _too_deep(where, None) from e
     except Exception as e:  # ValidationError; TypeError for what msgspec cannot handle
@@ -280,9 +281,15 @@ def _check_fits(where: str, param: Parameter, value: Any) -> None:
             f"{where}: {_show(value)} does not fit {param.type_name}: {e}"
         ) from e
     if not _same_or_too_deep(where, value, fitted):
+        # A record's fields as a dict (a model's model_dump()): the task would get the record.
+        hint = (
+            f"; pass an instance of {type(fitted).__name__} (the task receives one)"
+            if type(value) is dict and record_fields(fitted) is not None
+            else ""
+        )
         raise InvalidArguments(
             f"{where}: {_show(value)} does not fit {param.type_name} (it would become "
-            f"{_show(fitted)})"
+            f"{_show(fitted)}){hint}"
         )
 
 
@@ -351,11 +358,9 @@ def _same_object(a: Any, b: Any, depth: int) -> bool:
         # Aware datetimes compare as instants; the zone must survive too (a ZoneInfo
         # arrives as a fixed offset, which is another zone after a DST change).
         return bool(a == b and a.tzinfo == b.tzinfo)
-    if isinstance(a, msgspec.Struct):
-        return _same(msgspec.structs.astuple(a), msgspec.structs.astuple(b), depth + 1)
-    if dataclasses.is_dataclass(a):
-        fields = [f.name for f in dataclasses.fields(a)]
-        return _same([getattr(a, f) for f in fields], [getattr(b, f) for f in fields], depth + 1)
+    fields = record_fields(a)
+    if fields is not None:  # a Struct, dataclass, attrs instance or Pydantic model
+        return _same(fields, record_fields(b), depth + 1)
     try:
         return bool(a == b)
     except Exception:  # an __eq__ that raises (a signalling NaN): not the same

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from lockgate.core.records import enc_hook
 from lockgate.errors import SerializationError
 
 MAX_JOB_ID_BYTES = 256
@@ -88,7 +89,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # A flow job's home (``Job.home``): where the flow's own records live too.
 FLOW_HOME = "flow\x00"
 
-_encoder = msgspec.json.Encoder()
+# Records msgspec cannot encode itself (Pydantic models) go out as their JSON form.
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 _decoder = msgspec.json.Decoder(Job)
 
 

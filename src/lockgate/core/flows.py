@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeAlias, cast
 import msgspec
 
 from lockgate.core.message import Message
+from lockgate.core.records import decode_as
 from lockgate.errors import ConfigError
 
 # A job of a flow is named <flow id><SEPARATOR><its position in declaration order>.
@@ -217,7 +218,7 @@ def decode_result(data: bytes | None, returns: Any) -> Any:
     """A kept result (JSON) as its type says; None when there is none."""
     if data is None:
         return None
-    return msgspec.json.decode(data, type=returns, strict=False)
+    return decode_as(data, returns)
 
 
 def decode_shape(data: bytes) -> Shape:

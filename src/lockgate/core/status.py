@@ -24,6 +24,7 @@ import msgspec
 from lockgate.core import codec
 from lockgate.core.outcome import ErrorInfo, Outcome
 from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable, SerializationError
+from lockgate.core.records import decode_as, enc_hook
 
 Status = Literal["waiting", "delayed", "running", "done", "dead", "cancelled", "unknown"]
 FINAL: tuple[Status, ...] = ("done", "dead", "cancelled")
@@ -165,13 +166,14 @@ def read_final(data: bytes) -> FinalRecord:
 
 
 def encode_result(value: Any) -> bytes:
-    """A return value's JSON, for the result record.
+    """A return value's JSON, for the result record (a record, Pydantic models included, as
+    its JSON object; see :mod:`lockgate.core.records`).
 
     Raises:
         SerializationError: it has no JSON form, or nests deeper than ``codec.MAX_DEPTH``.
     """
     try:
-        data = msgspec.json.encode(value)
+        data = msgspec.json.encode(value, enc_hook=enc_hook)
     except Exception as e:  # TypeError, OverflowError, RecursionError...
         raise SerializationError(f"the return value has no JSON form: {e}") from e
     if not codec.depth_within(data):
@@ -251,7 +253,7 @@ def _result(data: Any, returns: Any) -> tuple[Any, ErrorInfo | None] | None:
     if not record.ok:
         return None, record.error
     try:
-        return msgspec.json.decode(record.value, type=returns, strict=False), None
+        return decode_as(record.value, returns), None
     except msgspec.DecodeError:  # stored by another version of the task: as it is
         return msgspec.json.decode(record.value), None
 
