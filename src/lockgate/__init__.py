@@ -8,7 +8,7 @@ from lockgate.core.context import JobContext, current_job
 from lockgate.core.flows import chain, group
 from lockgate.core.message import Message
 from lockgate.core.retry import Backoff
-from lockgate.core.status import JobInfo
+from lockgate.core.status import CancelOutcome, JobInfo
 from lockgate.errors import (
     AccessDenied,
     AlreadyProcessed,
@@ -40,6 +40,7 @@ __all__ = [
     "App",
     "Backoff",
     "BrokerError",
+    "CancelOutcome",
     "ClaimBusy",
     "ConfigError",
     "ConnectionFailed",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import most_at_once, running, wait_until, worker_for
-from lockgate import App, ConfigError, current_job
+from lockgate import App, CancelOutcome, ConfigError, current_job
 from lockgate.backend.broker import Outgoing
 from lockgate.backend.keys import fair_lane
 from lockgate.core import codec
@@ -106,7 +106,7 @@ async def test_a_waiting_keyed_job_cancels_and_its_key_leaves_the_rotation(
 
     first = job.enqueue("a", 1)
     second = job.enqueue("b", 2)
-    assert app.cancel(first.job_id) is True
+    assert app.cancel(first.job_id) is CancelOutcome.CANCELLED
     assert app.job(first.job_id).status == "cancelled"
     client, _ = await app.async_connection()
     rotation = app.keys.fair_rotation("default", "normal")

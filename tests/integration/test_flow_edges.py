@@ -16,6 +16,7 @@ import pytest
 from conftest import drain, running, wait_until, worker_for
 from lockgate import (
     App,
+    CancelOutcome,
     ConnectionFailed,
     JobFailed,
     OutcomeUnknown,
@@ -175,7 +176,7 @@ async def test_app_cancel_retried_after_a_lost_second_round_trip_cancels_the_flo
     monkeypatch.setattr(flows_store, "summary", flaky)
     with pytest.raises(ConnectionFailed):
         app.cancel(result.job_ids[0])
-    assert app.cancel(result.job_ids[0]) is False  # the retry: the job is gone already
+    assert app.cancel(result.job_ids[0]) is CancelOutcome.ENDED  # the retry: it is gone
     assert app.flow(result.flow_id).state == "cancelled"
     assert _flow_keys_without_ttl(app, result.flow_id) == []
 
@@ -335,15 +336,15 @@ async def test_run_step_result_is_not_overwritten_by_a_run_that_lost_its_claim(
     assert app.store.flows.step_result(handle.job_id, claim_name) == b'"ch_taken_over"'
 
 
-# 8. cancel_flow asks App.cancel about every job it just dropped.
+# 8. cancel_flow asks to cancel every job it just dropped.
 
 
 async def test_cancel_flow_cancels_only_the_jobs_that_were_queued(
     make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """flow_cancel.lua drops the held jobs, then FlowOps.cancel reads the record (held
-    now empty) and calls App.cancel for every job not done or dead: for a chain of 2,000
-    steps, 2,000 App.cancel calls (several round trips each) where one job was queued."""
+    now empty) and cancels every job not done or dead: for a chain of 2,000
+    steps, 2,000 job cancel calls (several round trips each) where one job was queued."""
     app = make_app()
 
     @app.task
@@ -351,17 +352,17 @@ async def test_cancel_flow_cancels_only_the_jobs_that_were_queued(
 
     result = app.enqueue_flow(chain(*(work.message(n) for n in range(2000))), flow_id="long")
     asked: list[str] = []
-    real = app.cancel
+    real = app.store.jobs.cancel
 
-    def counting(job_id: str) -> bool:
+    def counting(job_id: str, record: bytes, record_ttl_ms: int) -> str:
         asked.append(job_id)
-        return real(job_id)
+        return real(job_id, record, record_ttl_ms)
 
-    monkeypatch.setattr(app, "cancel", counting)
+    monkeypatch.setattr(app.store.jobs, "cancel", counting)
     started = time.monotonic()
     assert app.cancel_flow("long") == 2000
     took = time.monotonic() - started
-    assert asked == [result.job_ids[0]], f"{len(asked)} App.cancel calls, {took:.2f} s"
+    assert asked == [result.job_ids[0]], f"{len(asked)} job cancel calls, {took:.2f} s"
 
 
 # 9. A dead letter that outlives its flow's records: its replay resumes nothing.

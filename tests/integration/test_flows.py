@@ -16,6 +16,7 @@ import pytest
 from conftest import drain, running, wait_until, worker_for
 from lockgate import (
     App,
+    CancelOutcome,
     ConfigError,
     FlowResult,
     JobFailed,
@@ -246,7 +247,7 @@ async def test_cancelling_one_waiting_job_of_a_flow_cancels_the_flow(
     await drain(app, concurrency=2)
     assert runs == []
     assert [job.state for job in app.flow(result.flow_id).jobs] == ["cancelled"] * 3
-    assert app.cancel("plain.7") is False  # an id that names no flow: nothing to do
+    assert app.cancel("plain.7") is CancelOutcome.UNKNOWN  # names no flow: nothing to do
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

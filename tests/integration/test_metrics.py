@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_extras import run_without
 
 from conftest import running, wait_until, wait_until_sync, worker_for
-from lockgate import App, ConfigError, RetryableError, current_job
+from lockgate import App, CancelOutcome, ConfigError, RetryableError, current_job
 from lockgate.integrations.embedded import free_port
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
@@ -202,7 +202,7 @@ async def test_the_counters_histograms_and_gauges_equal_what_ran(
             assert [(r.level, r.pending) for r in stats.levels if r.pending] == [("normal", 1)]
             assert stats.dead_letters == 1
 
-            assert await app.cancel_async("block") is False  # running: told to stop
+            assert await app.cancel_async("block") is CancelOutcome.CANCELLING  # told to stop
             await counted(base, "lockgate_jobs_total", outcomes,
                           lambda got: got.get(("blocker", "normal", "cancelled")) == 1)  # fmt: skip
         after = await ascrape(base)

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from conftest import job_ended, running, wait_until, worker_for
-from lockgate import App, ConfigError, Message, RetryableError, current_job
+from lockgate import App, CancelOutcome, ConfigError, Message, RetryableError, current_job
 from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable
 from lockgate.ops.deadletter import list_dead
 
@@ -191,9 +191,12 @@ async def test_cancel_removes_waiting_and_delayed_jobs_and_frees_their_ids(
     send.enqueue("waiting", job_id="w")
     send.enqueue("delayed", job_id="d", delay=3600)
     send.enqueue("kept", job_id="k")
-    assert app.cancel("w") and app.cancel("d")
-    assert not app.cancel("w")  # already cancelled
-    assert not app.cancel("nobody")  # unknown id
+    assert app.cancel("w") is CancelOutcome.CANCELLED
+    assert app.cancel("d") is CancelOutcome.CANCELLED
+    assert app.cancel("w") is CancelOutcome.ENDED  # already cancelled
+    assert app.cancel("nobody") is CancelOutcome.UNKNOWN
+    assert not app.cancel("nobody")
+    assert app.cancel("w") == "ended"  # a str
     assert (app.job("w").status, app.job("d").status) == ("cancelled", "cancelled")
     cancelled = app.job("w")  # what it was is kept with it
     assert (cancelled.task, cancelled.attempts, cancelled.reason) == ("send", 0, "cancelled")
@@ -202,7 +205,8 @@ async def test_cancel_removes_waiting_and_delayed_jobs_and_frees_their_ids(
         app.wait_result("w", timeout=1)
     await worker_for(app).run(burst=True)
     assert ran == ["kept"]
-    assert not await app.cancel_async("k")  # ended: nothing to cancel
+    assert await app.cancel_async("k") is CancelOutcome.ENDED  # nothing to cancel
+    assert not CancelOutcome.ENDED
     # The ids are free again.
     assert send.enqueue("again", job_id="w").created
     await worker_for(app).run(burst=True)
@@ -230,7 +234,8 @@ async def test_a_running_async_job_is_cancelled_not_retried_nor_dead_lettered(
     worker = worker_for(app)
     async with running(worker):
         await asyncio.wait_for(started.wait(), 30)
-        assert not await app.cancel_async("report-1")  # running: told, not removed
+        outcome = await app.cancel_async("report-1")  # running: told, not removed
+        assert outcome is CancelOutcome.CANCELLING and outcome
         await asyncio.wait_for(stopped.wait(), 30)
         with pytest.raises(JobCancelled):
             await r.result_async(timeout=30)
@@ -262,7 +267,7 @@ async def test_a_running_sync_job_sees_cancelled_become_true(
     worker = worker_for(app)
     async with running(worker):
         assert await asyncio.to_thread(started.wait, 30)
-        assert not app.cancel(r.job_id)
+        assert r.cancel() is CancelOutcome.CANCELLING
         await wait_until(lambda: r.status() == "cancelled", message="cancelled")
     assert seen == [True]
     assert (worker.retried, worker.failed) == (0, 0)

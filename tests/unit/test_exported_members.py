@@ -12,6 +12,7 @@ EXPECTED = [
     "App",
     "Backoff",
     "BrokerError",
+    "CancelOutcome",
     "ClaimBusy",
     "ConfigError",
     "ConnectionFailed",

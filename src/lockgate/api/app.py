@@ -12,8 +12,6 @@ from datetime import timedelta, tzinfo
 from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
-import msgspec
-
 from lockgate.api.eager import EagerRuns
 from lockgate.api.flow_jobs import FlowServices
 from lockgate.api.flows import FlowInfo, FlowOps, FlowResult
@@ -38,7 +36,7 @@ from lockgate.core.cron import Schedule, check_no_arguments
 from lockgate.core.flows import Step
 from lockgate.core.message import Message, check_size
 from lockgate.core.retry import DEFAULT_TTL
-from lockgate.core.status import FinalRecord, JobInfo, Poll, answer, job_info, settled
+from lockgate.core.status import CancelOutcome, JobInfo, Poll, answer, job_info, settled
 from lockgate.core.tasks import TaskKeywords, TaskSettings
 from lockgate.errors import ConfigError
 
@@ -476,7 +474,7 @@ class App:
             return self._eager.jobs[job_id]
         return job_info(job_id, await self.store.jobs.status_async(job_id), self._returns)
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str) -> CancelOutcome:
         """Cancel a job.
 
         A waiting or delayed job is removed at once (atomically) and ends ``cancelled``;
@@ -487,24 +485,19 @@ class App:
         crashed a worker before, is not reached).
 
         Returns:
-            True when the job will not run (it was waiting or delayed); False for a
-            running job (told to stop), an ended one, or an unknown id.
+            ``CANCELLED`` (it had not started: it will not run), ``CANCELLING`` (it is
+            running: its worker was told to stop it), ``ENDED`` (it had ended) or
+            ``UNKNOWN`` (no such job); true for the first two (see
+            [CancelOutcome][lockgate.CancelOutcome]).
 
         Raises:
             ConnectionFailed: Redis cannot be reached.
         """
-        if self.store.jobs.cancel(job_id, *self._cancel_record(job_id)) != "cancelled":
-            return False
-        self._flows.job_cancelled(job_id)  # a flow job's dependents will not run then
-        return True
+        return self._flows.cancel_job(job_id)
 
-    async def cancel_async(self, job_id: str) -> bool:
+    async def cancel_async(self, job_id: str) -> CancelOutcome:
         """Async [cancel][lockgate.App.cancel]."""
-        ended = await self.store.jobs.cancel_async(job_id, *self._cancel_record(job_id))
-        if ended != "cancelled":
-            return False
-        await self._flows.job_cancelled_async(job_id)
-        return True
+        return await self._flows.cancel_job_async(job_id)
 
     def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any:
         """Wait for a job to end and return its result (see
@@ -538,10 +531,6 @@ class App:
     def _returns(self, task: str) -> Any:
         registered = self.tasks.get(task)
         return registered.returns if registered is not None else Any
-
-    def _cancel_record(self, job_id: str) -> tuple[bytes, int]:
-        record = FinalRecord(status="cancelled", finished_at=time.time(), reason="cancelled")
-        return msgspec.json.encode(record), self.status_ttl_ms
 
     def sync_connection(self) -> tuple[SyncClient, SyncScripts]:
         """The app's shared sync client and its scripts (created on first use)."""

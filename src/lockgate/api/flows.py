@@ -29,7 +29,16 @@ from lockgate.core.flows import decode_result
 from lockgate.core.message import Message
 from lockgate.core.outcome import ErrorInfo
 from lockgate.core.sansio import drive, drive_async
-from lockgate.core.status import JobInfo, Poll, ResultRecord, Status, moment
+from lockgate.core.status import (
+    CancelOutcome,
+    FinalRecord,
+    JobInfo,
+    Poll,
+    ResultRecord,
+    Status,
+    cancel_outcome,
+    moment,
+)
 from lockgate.errors import (
     ConfigError,
     JobCancelled,
@@ -67,9 +76,8 @@ class FlowHost(Protocol):
 
     async def job_async(self, job_id: str) -> JobInfo: ...
 
-    def cancel(self, job_id: str) -> bool: ...
-
-    async def cancel_async(self, job_id: str) -> bool: ...
+    @property
+    def status_ttl_ms(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,15 +330,26 @@ class FlowOps:
 
     # cancelling
 
-    def job_cancelled(self, job_id: str) -> None:
-        """After ``App.cancel`` removed a waiting job: when it was a job of a flow, the
-        cancel call cancelled the flow too (``cancel_job.lua``), so the flow's other
-        queued jobs are cancelled now (they would run for nothing)."""
-        drive(self._job_cancelled_steps(job_id), _do)
+    def cancel_job(self, job_id: str) -> CancelOutcome:
+        """[App.cancel][lockgate.App.cancel]."""
+        return drive(self._cancel_job_steps(job_id), _do)
 
-    async def job_cancelled_async(self, job_id: str) -> None:
-        """Async :meth:`job_cancelled`."""
-        await drive_async(self._job_cancelled_steps(job_id), _do_async)
+    async def cancel_job_async(self, job_id: str) -> CancelOutcome:
+        """Async :meth:`cancel_job`."""
+        return await drive_async(self._cancel_job_steps(job_id), _do_async)
+
+    def _cancel_job_steps(self, job_id: str) -> Generator[_Ask, Any, CancelOutcome]:
+        record = FinalRecord(status="cancelled", finished_at=time.time(), reason="cancelled")
+        encoded, ttl_ms = msgspec.json.encode(record), self._app.status_ttl_ms
+        answer = yield _Ask(self._app.store.jobs, "cancel", job_id, encoded, ttl_ms)
+        if answer == "cancelled":
+            # A flow job's dependents will not run then: when it was a job of a flow,
+            # the cancel call cancelled the flow too (``cancel_job.lua``), so the flow's
+            # other queued jobs are cancelled now (they would run for nothing).
+            yield from self._job_cancelled_steps(job_id)
+        # Nothing to cancel: whether it ended or never was, its status tells.
+        info = (yield _Ask(self._app, "job", job_id)) if answer == "gone" else None
+        return cancel_outcome(answer, info)
 
     def _job_cancelled_steps(self, job_id: str) -> Generator[_Ask, Any, None]:
         flow_id = _flow_of(job_id)
@@ -357,7 +376,8 @@ class FlowOps:
         self._cancelling.add(flow_id)  # these cancels need not cancel the flow again
         try:
             for p in _queued(record):
-                cancelled += yield _Ask(self._app, "cancel", flows.job_id(flow_id, p))
+                outcome = yield from self._cancel_job_steps(flows.job_id(flow_id, p))
+                cancelled += outcome is CancelOutcome.CANCELLED
         finally:
             self._cancelling.discard(flow_id)
         return cancelled

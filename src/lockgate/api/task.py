@@ -19,7 +19,7 @@ from lockgate.core.codec import Job
 from lockgate.core.config import Levels, seconds
 from lockgate.core.fairness import key_function
 from lockgate.core.message import Message, check_size
-from lockgate.core.status import JobInfo, Status, answer
+from lockgate.core.status import CancelOutcome, JobInfo, Status, answer
 from lockgate.core.tasks import TaskSettings
 from lockgate.errors import ConfigError
 
@@ -46,7 +46,7 @@ class TaskHost(Protocol):
 
     def job(self, job_id: str) -> JobInfo: ...
 
-    def cancel(self, job_id: str) -> bool: ...
+    def cancel(self, job_id: str) -> CancelOutcome: ...
 
     def wait_result(self, job_id: str, task: str = "", timeout: float | None = None) -> Any: ...
 
@@ -110,8 +110,13 @@ class EnqueueResult:
             return answer(self.ran)
         return await self._owner().wait_result_async(self.job_id, self.task, timeout)
 
-    def cancel(self) -> bool:
-        """Cancel the job (see [App.cancel][lockgate.App.cancel])."""
+    def cancel(self) -> CancelOutcome:
+        """Cancel the job (see [App.cancel][lockgate.App.cancel]).
+
+        Returns:
+            What was done ([CancelOutcome][lockgate.CancelOutcome]): true when the job
+            will not run or was told to stop.
+        """
         return self._owner().cancel(self.job_id)
 
 

@@ -17,14 +17,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
 
 from lockgate.core import codec
 from lockgate.core.outcome import ErrorInfo, Outcome
-from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable, SerializationError
 from lockgate.core.records import decode_as, enc_hook
+from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable, SerializationError
 
 Status = Literal["waiting", "delayed", "running", "done", "dead", "cancelled", "unknown"]
 FINAL: tuple[Status, ...] = ("done", "dead", "cancelled")
@@ -329,3 +330,43 @@ def unavailable(info: JobInfo) -> ResultUnavailable:
         f"job {info.id!r} ended {info.status} but no result is kept: declare its task "
         "with keep_result=SECONDS (or the result expired)"
     )
+
+
+class CancelOutcome(StrEnum):
+    """What ``App.cancel`` did (a ``str``: ``"cancelled"``, ``"cancelling"``, ...).
+
+    Its truth value says whether the job is being stopped, so ``if app.cancel(job_id):``
+    reads as it did when ``cancel`` returned a bool.
+
+    Attributes:
+        CANCELLED: it had not started (waiting or delayed): it was removed and will not
+            run; it ends ``cancelled`` and its id is free again.
+        CANCELLING: it is running: its worker was asked to stop it (an async run gets
+            ``CancelledError``, a sync one sees ``current_job().cancelled``).
+        ENDED: it had ended already (done, dead or cancelled): nothing to do.
+        UNKNOWN: no such job (never enqueued, or ended longer ago than
+            ``App(status_ttl=...)`` keeps its status).
+    """
+
+    CANCELLED = "cancelled"
+    CANCELLING = "cancelling"
+    ENDED = "ended"
+    UNKNOWN = "unknown"
+
+    def __bool__(self) -> bool:
+        return self in (CancelOutcome.CANCELLED, CancelOutcome.CANCELLING)
+
+
+def cancel_outcome(answer: str, info: JobInfo | None) -> CancelOutcome:
+    """What a cancel did, from the cancel script's answer and, when it found nothing to
+    cancel (``gone``), the job's status read after it.
+
+    Args:
+        answer: ``cancelled``, ``running`` or ``gone`` (see ``lua/cancel_job.lua``).
+        info: the job's status, read after a ``gone`` (None otherwise).
+    """
+    if answer == "cancelled":
+        return CancelOutcome.CANCELLED
+    if answer == "running":
+        return CancelOutcome.CANCELLING
+    return CancelOutcome.ENDED if info is not None and info.finished else CancelOutcome.UNKNOWN

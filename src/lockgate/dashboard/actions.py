@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 
 from lockgate.api.app import App
+from lockgate.core.status import CancelOutcome
 from lockgate.ops import deadletter, queues
 from lockgate.ops.inspect import queue_stats
 
@@ -166,12 +167,14 @@ async def _describe_cancel(app: App, form: Form) -> str:
 
 async def _run_cancel(app: App, form: Form) -> str:
     job_id = form["job_id"]
-    if await app.cancel_async(job_id):
+    outcome = await app.cancel_async(job_id)
+    if outcome is CancelOutcome.CANCELLED:
         return f"cancelled job {job_id}"
-    info = await app.job_async(job_id)
-    if info.status == "running":
+    if outcome is CancelOutcome.CANCELLING:
         return f"job {job_id} is running: its worker was told to stop it"
-    return f"job {job_id} was not cancelled: it is {info.status}"
+    if outcome is CancelOutcome.ENDED:
+        return f"job {job_id} was not cancelled: it had ended"
+    return f"job {job_id} was not cancelled: it is unknown"
 
 
 ACTIONS: dict[str, Action] = {
