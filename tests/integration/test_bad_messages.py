@@ -38,7 +38,7 @@ def dead_letters(rclient: redis.Redis, app: App) -> list[dict[str, bytes]]:
 async def test_streams_unrunnable_messages_are_dead_lettered(
     make_app: Callable[..., App], rclient: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker_app = make_app()
+    worker_app = make_app(unknown_task_grace=0)  # put back for a while otherwise
     ran: list[int] = []
 
     @worker_app.task
@@ -119,7 +119,7 @@ async def test_streams_unrunnable_messages_are_dead_lettered(
 async def test_sorted_unrunnable_messages_are_dead_lettered(
     make_app: Callable[..., App], rclient: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = make_app(backend="sorted")
+    app = make_app(backend="sorted", unknown_task_grace=0)  # put back for a while otherwise
     ran: list[int] = []
 
     @app.task

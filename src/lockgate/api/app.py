@@ -79,6 +79,10 @@ class App:
         flow_ttl: seconds (or a timedelta) a finished flow's records (its jobs' results
             for ``parent_results``, its state for ``App.flow``) are kept; a failed flow's
             live at least as long as its dead letters.
+        unknown_task_grace: seconds (or a timedelta) from its enqueue during which a job
+            whose task the worker that took it does not know (a rolling deploy) is put
+            back for one that knows it, no attempt spent; then it is dead-lettered. 0:
+            dead-lettered at once.
 
     Raises:
         ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
@@ -101,6 +105,7 @@ class App:
         status_ttl: float | timedelta | None = timedelta(minutes=10),
         partitions: int = 1,
         flow_ttl: float | timedelta = timedelta(days=1),
+        unknown_task_grace: float | timedelta = timedelta(minutes=10),
     ) -> None:
         connection = ConnectionConfig(
             redis_url=redis_url, namespace=namespace, backend=backend, partitions=partitions
@@ -124,6 +129,7 @@ class App:
         self.status_ttl_ms: int = limits.status_ttl_ms
         self.legacy_markers = compatibility.legacy_markers
         self.flow_ttl_ms = max(1, round(seconds(flow_ttl, "flow_ttl") * 1000))
+        self.unknown_task_grace = seconds(unknown_task_grace, "unknown_task_grace")
         self.store = Store(
             connection.url, self.namespace, self.levels, self.backend, self.aging_seconds,
             self.partitions, queues=lambda: self.queues,

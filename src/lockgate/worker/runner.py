@@ -50,6 +50,7 @@ from lockgate.core.outcome import (
     wait,
 )
 from lockgate.core.status import encode_result
+from lockgate.core.unknown_task import unknown_task
 from lockgate.errors import (
     AccessDenied,
     AlreadyProcessed,
@@ -221,7 +222,10 @@ class JobRunner:
             return Ending(delivery, dead("undecodable entry"))
         task = self.app.tasks.get(job.task)
         if task is None:
-            return Ending(delivery, dead(f"unknown task {job.task!r}"))
+            outcome = unknown_task(job, self.app.unknown_task_grace, time.time())
+            if outcome.kind == "retry":  # a dead letter is logged by the loop
+                log.info("job %s: %s (in %.1fs)", job.id, outcome.reason, outcome.delay)
+            return Ending(delivery, outcome)
         late = expired(job, task.expires, time.time())
         if late is not None:
             log.info("job %s (%s) dropped unrun: %s", job.id, job.task, late.reason)
