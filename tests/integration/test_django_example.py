@@ -18,17 +18,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import django
+import psycopg
 import pytest
 import redis
 from django.db import connection, connections, transaction
 from django.test import Client, override_settings
 
-from conftest import WAIT_TIMEOUT, delete_namespace, wait_until_sync, worker_for
+from conftest import (
+    WAIT_TIMEOUT,
+    delete_namespace,
+    running,
+    wait_until,
+    wait_until_sync,
+    worker_for,
+)
 from lockgate import App, ConfigError, DatabaseError
+from lockgate.integrations.outbox import COUNT_SQL, Outbox
 from lockgate.integrations.postgres import claim, init_schema, is_claimed
 from lockgate.integrations.transactions import drain
 
 ROOT = Path(__file__).resolve().parents[2]
+DSN = "host=127.0.0.1 dbname=test user=postgres"
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +213,45 @@ def test_a_send_that_fails_after_the_commit_is_retried_not_raised(
     assert drain(WAIT_TIMEOUT)
     assert rclient.exists(app.keys.job(job_id))
     assert run_worker(app) == 1
+
+
+def test_with_the_outbox_the_atomic_block_writes_the_job_as_a_row(
+    app: App, tables: dict[str, str], rclient: redis.Redis
+) -> None:
+    """``App(outbox=DSN)``: the view's ``enqueue_on_commit`` inside
+    ``transaction.atomic()`` inserts the job into the outbox in that block: a refused
+    payment (and a rolled-back savepoint) leave no row, a paid order's row commits with
+    its payment, and a worker's relay moves it to Redis, where it is charged once."""
+    from examples.django_app.jobs import charge
+
+    outbox = Outbox(DSN, f"lockgate_outbox_{uuid.uuid4().hex[:12]}")
+    init_schema(connection, table=tables["CLAIMS_TABLE"], outbox_table=outbox.table)
+
+    def waiting() -> int:
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            return int(conn.execute(outbox.sql(COUNT_SQL), (app.namespace,)).fetchone()[0])
+
+    app.outbox = outbox
+    try:
+        order = f"O-{uuid.uuid4().hex[:8]}"
+        assert Client().post(f"/orders/{order}/pay", {"amount": 50_000}).status_code == 402
+        with transaction.atomic():
+            with pytest.raises(ZeroDivisionError), transaction.atomic():
+                charge.enqueue_on_commit(connection, order, 1)
+                raise ZeroDivisionError
+        assert waiting() == 0
+        assert Client().post(f"/orders/{order}/pay", {"amount": 100}).status_code == 202
+        assert waiting() == 1  # committed with the payment...
+        assert stored(rclient, app) == 0  # ...and not sent by on_commit
+
+        async def relay_and_run() -> None:
+            async with running(worker_for(app)):
+                await wait_until(lambda: waiting() == 0, message="the row relayed")
+                await wait_until(lambda: stored(rclient, app) == 0, message="the job taken")
+
+        asyncio.run(relay_and_run())
+        assert rows(tables["CHARGES_TABLE"], order) == 1
+    finally:
+        app.outbox = None
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {outbox.table}")

@@ -39,6 +39,7 @@ from lockgate.core.retry import DEFAULT_TTL
 from lockgate.core.status import CancelOutcome, JobInfo, Poll, answer, job_info, settled
 from lockgate.core.tasks import TaskKeywords, TaskSettings
 from lockgate.errors import ConfigError
+from lockgate.integrations.outbox import Outbox, outbox_of
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,11 +84,15 @@ class App:
             whose task the worker that took it does not know (a rolling deploy) is put
             back for one that knows it, no attempt spent; then it is dead-lettered. 0:
             dead-lettered at once.
+        outbox: a PostgreSQL DSN: ``enqueue_on_commit`` with a PostgreSQL connection
+            writes the job into the outbox table in the caller's transaction, and workers
+            relay it to Redis (see :mod:`lockgate.integrations.outbox`). None: sent after
+            the commit.
 
     Raises:
         ConfigError: invalid namespace, levels, backend, aging, payload or dead-letter
-            limit, a ``legacy_markers`` that is not a bool, or a bad ``partitions``
-            (several with the sorted backend).
+            limit, a ``legacy_markers`` that is not a bool, a bad ``partitions``
+            (several with the sorted backend), or an ``outbox`` that is no DSN.
     """
 
     def __init__(
@@ -106,6 +111,7 @@ class App:
         partitions: int = 1,
         flow_ttl: float | timedelta = timedelta(days=1),
         unknown_task_grace: float | timedelta = timedelta(minutes=10),
+        outbox: str | Outbox | None = None,
     ) -> None:
         connection = ConnectionConfig(
             redis_url=redis_url, namespace=namespace, backend=backend, partitions=partitions
@@ -130,6 +136,7 @@ class App:
         self.legacy_markers = compatibility.legacy_markers
         self.flow_ttl_ms = max(1, round(seconds(flow_ttl, "flow_ttl") * 1000))
         self.unknown_task_grace = seconds(unknown_task_grace, "unknown_task_grace")
+        self.outbox = outbox_of(outbox)  # lockgate worker --outbox sets it too
         self.store = Store(
             connection.url, self.namespace, self.levels, self.backend, self.aging_seconds,
             self.partitions, queues=lambda: self.queues,

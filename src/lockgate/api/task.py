@@ -4,29 +4,43 @@ returns."""
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import time
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
+from lockgate.api.using import ConfiguredTask
 from lockgate.core import codec
 from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
-from lockgate.core.config import Levels, seconds
+from lockgate.core.config import Levels
 from lockgate.core.fairness import key_function
 from lockgate.core.message import Message, check_size
+from lockgate.core.options import (
+    CELERY_METHODS,
+    EnqueueOptions,
+    celery_hints,
+    check_eta,
+    option_named,
+    start_delay,
+)
 from lockgate.core.status import CancelOutcome, JobInfo, Status, answer
 from lockgate.core.tasks import TaskSettings
-from lockgate.errors import ConfigError
+from lockgate.errors import ConfigError, InvalidArguments
+from lockgate.integrations.outbox import enqueue_on_commit_async
+from lockgate.integrations.transactions import OutboxWriter, enqueue_on_commit
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
 R = TypeVar("R")
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class TaskHost(Protocol):
@@ -39,6 +53,15 @@ class TaskHost(Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def queues(self) -> tuple[str, ...]: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def outbox(self) -> OutboxWriter | None: ...
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]: ...
 
@@ -166,6 +189,13 @@ class Task(Generic[P, R]):
         self.key_concurrency = settings.key_concurrency
         self.key_rate = settings.key_rate
         self.debounce = settings.debounce_ms
+        if shadowed := option_named(self.signature.parameters.values()):
+            logger.warning(
+                "task %r has parameters named like enqueue options (%s): a plain "
+                "%s.enqueue(...) takes those keywords for itself; pass them to the task "
+                "through %s.using(...).enqueue(...), whose keywords are all the task's",
+                self.name, ", ".join(shadowed), fn.__name__, fn.__name__,
+            )  # fmt: skip
 
     @cached_property
     def returns(self) -> Any:
@@ -227,70 +257,153 @@ class Task(Generic[P, R]):
                 makes the enqueue a no-op. Defaults to a random id.
             priority: overrides the task's level for this job.
             delay: seconds (or a timedelta) before the job may run.
-            eta: when the job may run (an aware datetime; naive means UTC).
+            eta: when the job may run: a timezone-aware datetime
+                (``datetime.now(UTC) + timedelta(minutes=5)``).
+
+        A task parameter named like one of these options (or ``queue``) gets its
+        argument through [using][lockgate.Task.using]: ``task.using().message(...)``.
 
         Raises:
             InvalidArguments: the arguments do not bind to the task, or a value does not
                 fit its parameter's annotation (``"5"`` for an ``int``, a string for a
-                ``date``).
+                ``date``). A keyword another job library uses (Celery's ``countdown=``,
+                ``queue=``, ...) that binds to no parameter gets a hint naming lockgate's
+                own.
             SerializationError: a value would not arrive as it is: it has no JSON form,
                 nests deeper than ``codec.MAX_DEPTH``, or its JSON form would come back as
                 another value or type (a ``date`` for an unannotated parameter, NaN, a
                 tuple where no annotation asks for one). See `lockgate.core.arguments`.
-            ConfigError: unknown priority, both delay and eta, a start past the
-                task's ``expires``, or no ``job_id`` for a debounced task.
+            ConfigError: unknown priority, both delay and eta, an ``eta`` without a time
+                zone, a start past the task's ``expires``, or no ``job_id`` for a
+                debounced task.
         """
-        if job_id is None and self.debounce is not None:
+        return self.build(args, kwargs, EnqueueOptions(job_id, priority, delay, eta))
+
+    def using(
+        self,
+        *,
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
+    ) -> ConfiguredTask[P, EnqueueResult]:
+        """This task with enqueue options set: the object's ``enqueue``,
+        ``enqueue_async``, ``message`` and ``enqueue_on_commit`` take the task's own
+        arguments only, whatever their names (the name follows Django's ``Task.using``).
+
+        ``notify.using(priority="critical").enqueue("u", priority="high", delay=3)``
+        queues ``notify("u", priority="high", delay=3)`` at the ``critical`` level.
+
+        Args:
+            job_id: the job's id (see [message][lockgate.Task.message]).
+            priority: its level; None: the task's.
+            delay: seconds (or a timedelta) before it may run.
+            eta: when it may run: a timezone-aware datetime.
+            queue: the queue it goes to instead of the task's: one of ``app.queues`` (the
+                queues its tasks are declared on), so that a worker serving it knows
+                the task.
+
+        Returns:
+            A [ConfiguredTask][lockgate.api.using.ConfiguredTask].
+
+        Raises:
+            ConfigError: a queue not in ``app.queues``, an unknown priority, both delay
+                and eta, or an ``eta`` that is no timezone-aware datetime.
+        """
+        options = EnqueueOptions(job_id, priority, delay, eta, queue)
+        self._check_options(options)
+        return ConfiguredTask[P, EnqueueResult](self, options)
+
+    def _check_options(self, options: EnqueueOptions) -> None:
+        if options.queue is not None and options.queue not in self.app.queues:
+            raise ConfigError(
+                f"queue {options.queue!r} is not one of this app's queues "
+                f"({', '.join(self.app.queues)}): a job goes to a queue some task is "
+                "declared on, which the workers serving it know"
+            )
+        if options.priority is not None:
+            self.app.levels.index(options.priority)
+        if options.delay is not None and options.eta is not None:
+            raise ConfigError("give delay or eta, not both")
+        if options.eta is not None:
+            check_eta(options.eta)
+
+    def build(
+        self, args: Sequence[Any], kwargs: dict[str, Any], options: EnqueueOptions
+    ) -> Message:
+        """The job ``message`` and ``using(...).message`` build: the task's arguments
+        with ``options`` (see [message][lockgate.Task.message] for what it raises)."""
+        if options.job_id is None and self.debounce is not None:
             raise ConfigError(
                 f"task {self.name!r} is debounced: an enqueue needs the job_id that later "
                 "enqueues of the same job will repeat"
             )
-        self.schema.check(args, kwargs)
-        level = priority or self.priority
+        try:
+            self.schema.check(args, kwargs)
+        except InvalidArguments as e:
+            if hints := celery_hints(kwargs, self.signature):
+                raise InvalidArguments(f"{e} ({'; '.join(hints)})") from None
+            raise
+        level = options.priority or self.priority
         self.app.levels.index(level)
+        if options.queue is not None:
+            self._check_options(options)
         job = Job(
-            id=codec.check_job_id(job_id) if job_id is not None else os.urandom(16).hex(),
+            id=codec.check_job_id(options.job_id) if options.job_id is not None
+            else os.urandom(16).hex(),
             task=self.name,
-            queue=self.queue,
+            queue=options.queue or self.queue,
             level=level,
             args=list(args),
             kwargs=kwargs,
             enqueued=time.time(),
             key=self.key_of(args, kwargs) if self.key_of is not None else None,
-        )
-        wait = start_delay(delay, eta, job.enqueued)
+        )  # fmt: skip
+        wait = start_delay(options.delay, options.eta, job.enqueued)
         if self.expires is not None and wait >= self.expires:
             raise ConfigError(
                 f"task {self.name!r} expires {self.expires:g} s after enqueue, but this job "
                 f"would start {wait:g} s after it: it would be dropped unrun"
             )
-        return Message(job, wait, named=job_id is not None)
+        return Message(job, wait, named=options.job_id is not None)
 
     @_arguments_of(message)
     def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
         """Queue a run of this task (sync; for Django, Flask and scripts).
 
         Takes the arguments of [message][lockgate.Task.message]: the task's arguments,
-        and ``job_id``, ``priority``, ``delay`` or ``eta``.
+        and ``job_id``, ``priority``, ``delay`` or ``eta``; for another queue, or a task
+        parameter named like one of those, see [using][lockgate.Task.using].
 
         Returns:
             The job's id, and whether it was created (False for a duplicate id).
 
         Raises:
             InvalidArguments: the arguments do not fit the task.
-            ConfigError: unknown priority, or both delay and eta.
+            ConfigError: unknown priority, both delay and eta, or an ``eta`` without a
+                time zone.
             SerializationError: an argument would not arrive as it is.
             OutcomeUnknown: no reply came once the job was sent: it may have been
                 queued; enqueue again with ``job_id=error.job_ids[0]`` to be sure.
             ConnectionFailed: Redis cannot be reached (nothing was sent).
         """
-        return self.app.enqueue_many([self.message(*args, **kwargs)])[0]
+        return self.send(self.message(*args, **kwargs))
 
     @_arguments_of(message)
     async def enqueue_async(self, *args: Any, **kwargs: Any) -> EnqueueResult:
         """The async form of [enqueue][lockgate.Task.enqueue]: the same arguments, result
         and errors."""
-        return (await self.app.enqueue_many_async([self.message(*args, **kwargs)]))[0]
+        return await self.send_async(self.message(*args, **kwargs))
+
+    def send(self, message: Message) -> EnqueueResult:
+        """Queue a job this task built (what ``enqueue`` does with its
+        [message][lockgate.Task.message])."""
+        return self.app.enqueue_many([message])[0]
+
+    async def send_async(self, message: Message) -> EnqueueResult:
+        """Async :meth:`send`."""
+        return (await self.app.enqueue_many_async([message]))[0]
 
     def enqueue_on_commit(
         self,
@@ -313,7 +426,9 @@ class Task(Generic[P, R]):
             conn: a Django connection (``django.db.connection``): the job is queued by
                 ``transaction.on_commit``, right after the commit. Or a psycopg 3
                 connection: PostgreSQL is asked for the transaction's outcome, and the job
-                is queued a few milliseconds after the commit.
+                is queued a few milliseconds after the commit. With ``App(outbox=DSN)``,
+                either one to PostgreSQL: the job is written into the outbox in the
+                transaction, and a worker relays it (`lockgate.integrations.outbox`).
             *args: the task's arguments, then the options of
                 [message][lockgate.Task.message].
 
@@ -330,26 +445,30 @@ class Task(Generic[P, R]):
             DatabaseError: psycopg: the transaction's id could not be read.
             ConnectionFailed: queued at once (no transaction) and Redis cannot be reached.
         """
-        from lockgate.integrations.transactions import enqueue_on_commit
-
-        message = self.message(
+        message = self._checked(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
         )
-        # Encoded and size-checked now, not after the commit.
-        check_size(message, codec.encode(message.job), self.app.max_payload_bytes)
         enqueue_on_commit(self.app, conn, message)
         return message.job.id
 
+    async def enqueue_on_commit_async(self, conn: Any, *args: Any, **kwargs: Any) -> str:
+        """[enqueue_on_commit][lockgate.Task.enqueue_on_commit] that also takes a psycopg 3
+        ``AsyncConnection``, given ``App(outbox=DSN)``: the job is written into the outbox
+        in the connection's current transaction (see `lockgate.integrations.outbox`).
+        Other connections are handled as ``enqueue_on_commit`` does. The same arguments,
+        result and errors; also:
 
-def start_delay(delay: float | timedelta | None, eta: datetime | None, now: float) -> float:
-    """Seconds from ``now`` until a job may run.
+        Raises:
+            ConfigError: an ``AsyncConnection``, and the App has no outbox.
+        """
+        message = self._checked(*args, **kwargs)
+        await enqueue_on_commit_async(self.app, conn, message)
+        return message.job.id
 
-    Raises:
-        ConfigError: both or a negative delay given.
-    """
-    if delay is not None and eta is not None:
-        raise ConfigError("give delay or eta, not both")
-    if eta is not None:
-        moment = eta if eta.tzinfo is not None else eta.replace(tzinfo=UTC)
-        return max(0.0, moment.timestamp() - now)
-    return seconds(delay, "delay") if delay is not None else 0.0
+    def _checked(self, *args: Any, **kwargs: Any) -> Message:
+        """[message][lockgate.Task.message], encoded and size-checked now rather than
+        after the commit."""
+        message = self.message(*args, **kwargs)
+        check_size(message, codec.encode(message.job), self.app.max_payload_bytes)
+        return message
+

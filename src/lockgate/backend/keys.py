@@ -310,6 +310,12 @@ class Keys:
         is taken is not enqueued again, even after its job ended and freed :meth:`job`."""
         return f"{self.prefix}:tick:{task}:{stamp}"
 
+    def relayed(self, job_id: str, row: int) -> str:
+        """An outbox row's once-only key (SET NX PX by the enqueue script that relays it,
+        see :mod:`lockgate.integrations.outbox`): a row relayed again adds no second job.
+        The job's id keeps rows of two databases with the same row id apart."""
+        return f"{self.prefix}:relayed:{job_id}:{row}"
+
     def result(self, job_id: str) -> str:
         """A job's result record, for a task declared with ``keep_result``."""
         return f"{self.prefix}:result:{job_id}"

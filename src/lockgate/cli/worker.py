@@ -16,6 +16,7 @@ from lockgate.cli.common import load_app, reported_errors, run_async
 from lockgate.cli.options import effective_log_level, log_level_option, url_option
 from lockgate.core.config import WorkerConfig
 from lockgate.core.logs import get_logger
+from lockgate.integrations.outbox import outbox_of
 from lockgate.worker.joblog import JobLog, use_json
 from lockgate.worker.loop import Worker
 
@@ -54,6 +55,9 @@ log = get_logger(__name__)
               "this port (one endpoint for all --processes; needs lockgate[metrics]).")  # fmt: skip
 @click.option("--metrics-dir", default=None, hidden=True,
               help="Internal: where a supervisor's worker process writes its metrics.")  # fmt: skip
+@click.option("--outbox", default=None, metavar="DSN",
+              help="Relay the durable outbox at this PostgreSQL DSN to Redis (sets the "
+              "app's App(outbox=...)).")  # fmt: skip
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: one JSON object per log line.")  # fmt: skip
 @click.option("--log-jobs", is_flag=True,
@@ -79,6 +83,7 @@ def worker(
     metrics_dir: str | None,
     log_format: str,
     log_jobs: bool,
+    outbox: str | None,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT (twice: at once)."""
     if burst and processes > 1:
@@ -91,6 +96,8 @@ def worker(
         return
     app = load_app(app_spec, url)
     with reported_errors(), contextlib.ExitStack() as stack:
+        if outbox is not None:
+            app.outbox = outbox_of(outbox)
         if embedded:
             from lockgate.integrations.embedded import EmbeddedServer
 

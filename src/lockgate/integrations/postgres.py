@@ -6,8 +6,10 @@ roll back together, and the unique constraint decides, even against a racing tra
 (the second insert waits on the first's row lock, then conflicts or proceeds). Unlike a
 Redis key it never expires and survives a Redis flush or restart.
 
-``claim``, ``is_claimed`` and ``init_schema`` also take a Django connection to PostgreSQL
-(``django.db.connection``, with psycopg 3 or psycopg2 under it): the statement runs in
+``init_schema`` also creates the table of the durable outbox
+(:mod:`lockgate.integrations.outbox`). ``claim``, ``is_claimed`` and ``init_schema`` also
+take a Django connection to PostgreSQL (``django.db.connection``, with psycopg 3 or
+psycopg2 under it): the statement runs in
 Django's own cursor, so in the current ``transaction.atomic()`` block, with the same
 ``DatabaseError`` translations. Django is never imported unless such a connection is given.
 This module itself needs psycopg 3 (the ``postgres`` extra) either way.
@@ -26,10 +28,12 @@ try:
 except ImportError as e:  # a core install: psycopg comes with the postgres extra
     raise MissingExtra("lockgate.postgres", "postgres", "psycopg") from e
 from lockgate.backend.keys import check_key
+from lockgate.integrations.outbox import SCHEMA_SQL as OUTBOX_SCHEMA_SQL
+from lockgate.integrations.outbox import TABLE as OUTBOX_TABLE
+from lockgate.integrations.outbox import UNDEFINED_TABLE as UNDEFINED_TABLE
 from lockgate.integrations.transactions import DjangoConnection, django_connection
 
 TABLE = "lockgate_claims"
-UNDEFINED_TABLE = "42P01"  # SQLSTATE, as psycopg2 (pgcode) and psycopg 3 (sqlstate) name it
 # {} is the quoted table name (sql.Identifier for psycopg, ops.quote_name for Django).
 SCHEMA_SQL = (
     "CREATE TABLE IF NOT EXISTS {} ("
@@ -38,10 +42,6 @@ SCHEMA_SQL = (
 )
 INSERT_SQL = "INSERT INTO {} (key) VALUES (%s) ON CONFLICT (key) DO NOTHING RETURNING key"
 SELECT_SQL = "SELECT 1 FROM {} WHERE key = %s"
-
-
-def _schema(table: str) -> sql.Composed:
-    return sql.SQL(SCHEMA_SQL).format(sql.Identifier(table))
 
 
 def _insert(table: str) -> sql.Composed:
@@ -163,28 +163,41 @@ def is_claimed(
         raise _translate(e, conn, key, table) from e
 
 
-def init_schema(dsn: str | DjangoConnection, *, table: str = TABLE) -> None:
-    """Create the claims table if it does not exist (idempotent).
+def init_schema(
+    dsn: str | DjangoConnection, *, table: str = TABLE, outbox_table: str | None = OUTBOX_TABLE
+) -> None:
+    """Create the claims table and the durable outbox's table if they do not exist
+    (idempotent).
 
     Args:
-        dsn: where: a DSN, or a Django connection to PostgreSQL (the table is created in
+        dsn: where: a DSN, or a Django connection to PostgreSQL (the tables are created in
             its current transaction, e.g. from a migration's ``RunPython``).
         table: the claims table.
+        outbox_table: the outbox table (see :mod:`lockgate.integrations.outbox`); None:
+            none.
 
     Raises:
         ConfigError: a Django database that is not PostgreSQL.
         DatabaseError: PostgreSQL at ``dsn`` could not be reached or refused.
     """
+    schemas = [(SCHEMA_SQL, table)]
+    if outbox_table is not None:
+        schemas.append((OUTBOX_SCHEMA_SQL, outbox_table))
     django = django_connection(dsn)
     if django is not None:
-        _django_run(django, SCHEMA_SQL, table, None)
+        for template, name in schemas:
+            _django_run(django, template, name, None)
         return
     dsn = cast(str, dsn)
+    created = table
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
-            conn.execute(_schema(table))
+            for template, created in schemas:
+                conn.execute(sql.SQL(template).format(sql.Identifier(created)))
     except psycopg.Error as e:
-        raise DatabaseError(f"cannot create {table!r} at {masked_dsn(dsn)}: {_one_line(e)}") from e
+        raise DatabaseError(
+            f"cannot create {created!r} at {masked_dsn(dsn)}: {_one_line(e)}"
+        ) from e
 
 
 def _one_line(error: BaseException) -> str:

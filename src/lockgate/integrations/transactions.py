@@ -34,8 +34,10 @@ Known limits:
 
 - As with Django's own ``on_commit``, between the commit and the send the job exists only
   in this process's memory: a process killed in that window (milliseconds, longer while
-  Redis is down) loses it. A transactional outbox (the job written as a row in the same
-  transaction and relayed from there) would not; lockgate has none.
+  Redis is down) loses it. The durable outbox (``App(outbox=DSN)``, see
+  :mod:`lockgate.integrations.outbox`) does not: with it, a PostgreSQL connection's job is
+  written as a row in the caller's transaction and relayed by the workers, and none of
+  the above applies to it.
 - psycopg: a savepoint (a nested ``conn.transaction()``) that rolls back on its own does
   not cancel a job enqueued inside it if the outer transaction commits: PostgreSQL reports
   the outcome of top-level transactions only. Django's ``on_commit`` does handle this.
@@ -77,9 +79,23 @@ ACCEPTED = (
 )
 
 
+class OutboxWriter(Protocol):
+    """The durable outbox of an App (:class:`lockgate.integrations.outbox.Outbox`)."""
+
+    def write(self, namespace: str, conn: object, message: Message) -> bool:
+        """Write the job into the outbox in ``conn``'s transaction; False when ``conn``
+        is not a PostgreSQL connection it writes to."""
+
+
 class Sender(Protocol):
     """What a job waiting for its commit is sent through: its App
     (:class:`lockgate.api.app.App`)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def outbox(self) -> OutboxWriter | None: ...
 
     def enqueue_many(self, messages: Iterable[Message]) -> Sequence[Any]: ...
 
@@ -115,6 +131,9 @@ def django_connection(conn: object) -> DjangoConnection | None:
 def enqueue_on_commit(app: Sender, conn: object, message: Message) -> None:
     """Send ``message`` once the transaction ``conn`` is in commits (at once outside one).
 
+    With ``App(outbox=DSN)`` and a PostgreSQL connection, the job is written into the
+    outbox in that transaction instead (see :mod:`lockgate.integrations.outbox`).
+
     Args:
         app: the App that sends it.
         conn: a psycopg 3 connection or a Django connection.
@@ -127,6 +146,9 @@ def enqueue_on_commit(app: Sender, conn: object, message: Message) -> None:
             broken, or its transaction failed and can only roll back).
         BrokerError: sent at once (outside a transaction), and Redis refused it.
     """
+    outbox = outbox_in_use(app)
+    if outbox is not None and outbox.write(app.namespace, conn, message):
+        return
     django = django_connection(conn)
     if django is not None:
         _on_django_commit(app, django, message)
@@ -138,11 +160,18 @@ def enqueue_on_commit(app: Sender, conn: object, message: Message) -> None:
     if isinstance(conn, psycopg.AsyncConnection):
         raise ConfigError(
             f"enqueue_on_commit takes {ACCEPTED}, not an AsyncConnection: pass a sync "
-            "connection, or enqueue_async after your commit"
+            "connection, or enqueue_async after your commit, or configure App(outbox=DSN) "
+            "and await enqueue_on_commit_async"
         )
     if not isinstance(conn, psycopg.Connection):
         raise ConfigError(f"enqueue_on_commit takes {ACCEPTED}, got {type(conn).__name__}")
     _on_psycopg_commit(app, conn, message)
+
+
+def outbox_in_use(app: Sender) -> OutboxWriter | None:
+    """The App's outbox (``App(outbox=DSN)``), or None: none configured, or inside
+    ``app.eager()``, whose jobs run inline as users' tests expect."""
+    return None if getattr(app, "_eager", None) is not None else app.outbox
 
 
 def drain(timeout: float = EXIT_WAIT) -> bool:
@@ -209,8 +238,8 @@ def _conninfo(conn: Any) -> str:
     return make_conninfo(**params)
 
 
-def _describe(conninfo: str) -> str:
-    """host:port/dbname of a conninfo, for logs (never the password)."""
+def describe(conninfo: str) -> str:
+    """host:port/dbname of a conninfo, for logs and errors (never the password)."""
     from psycopg.conninfo import conninfo_to_dict
 
     params = conninfo_to_dict(conninfo)
@@ -494,9 +523,7 @@ class CommitWatcher:
                 application_name=f"{APPLICATION_NAME} (pid {os.getpid()})",
             )
             if server.failures:
-                logger.info(
-                    "lockgate's commit watcher reached %s again", _describe(server.conninfo)
-                )
+                logger.info("lockgate's commit watcher reached %s again", describe(server.conninfo))
             server.failures = 0
         try:
             return dict(server.conn.execute(STATUS_QUERY, (xids,)).fetchall())
@@ -523,7 +550,7 @@ class CommitWatcher:
         logger.warning(
             "lockgate's commit watcher lost PostgreSQL at %s (%s); %d job(s) wait for their "
             "transaction's outcome; reconnecting in %.1fs",
-            _describe(server.conninfo),
+            describe(server.conninfo),
             " ".join(str(error).split()) or type(error).__name__,
             waiting,
             delay,

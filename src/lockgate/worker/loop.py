@@ -52,6 +52,7 @@ from lockgate.worker.cancels import CANCEL_LOOK
 from lockgate.worker.events import Watchers
 from lockgate.worker.liveness import LivenessKeeper
 from lockgate.worker.registry import Registry
+from lockgate.worker.relay import relay_loop
 from lockgate.worker.runner import Ending, JobRunner, TaskPool, isolated
 from lockgate.worker.scheduler import Scheduler, served
 from lockgate.worker.settler import Settler
@@ -236,6 +237,8 @@ class Worker:
         if schedules:
             scheduler = Scheduler(self.app, schedules, stop=self._stopping)
             helpers.append(asyncio.create_task(self._supervised("schedule", scheduler.run)))
+        if (relay := relay_loop(self.app, self._stopping, burst)) is not None:
+            helpers.append(asyncio.create_task(self._supervised("outbox", relay)))
         log.info(
             "worker %s serving queues %s (backend %s, policy %s, concurrency %d)",
             self.name, ",".join(self.queues), self.app.backend, self.config.policy,
