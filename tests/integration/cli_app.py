@@ -69,3 +69,9 @@ async def interrupt_async() -> None:
 async def ping(n: int) -> None:
     """Records that it ran."""
     app.client().rpush(record_key("pinged"), n)
+
+
+@app.task(keep_result=60, retries=0)
+def divide(a: float, b: float) -> float:
+    """Its result (or its error: a ZeroDivisionError) is kept, for ``lockgate job``."""
+    return a / b

@@ -18,6 +18,8 @@ from lockgate.cli.options import log_level_option, url_option
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments, a JSON object.")
 @click.option("--priority", default=None, help="Level for this job (default: the task's).")
 @click.option("--job-id", default=None, help="Stable job id (a duplicate is not enqueued).")
+@click.option("--delay", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Seconds before the job may run.")  # fmt: skip
 @url_option
 @log_level_option
 def enqueue(
@@ -27,6 +29,7 @@ def enqueue(
     kwargs_json: str,
     priority: str | None,
     job_id: str | None,
+    delay: float | None,
     url: str | None,
 ) -> None:
     """Enqueue one run of TASK."""
@@ -39,8 +42,10 @@ def enqueue(
     kwargs = _json_arg(kwargs_json, dict, "--kwargs")
     with reported_errors():
         args, kwargs = task.prepare(args, kwargs)  # JSON text to the annotated types
-        result = task.enqueue(*args, job_id=job_id, priority=priority, **kwargs)
+        result = task.enqueue(*args, job_id=job_id, priority=priority, delay=delay, **kwargs)
     state = "enqueued" if result.created else "already queued or running (not enqueued)"
+    if result.created and delay:
+        state += f", due in {delay:g} s"
     click.echo(f"{result.job_id} {state}")
 
 

@@ -1,0 +1,97 @@
+"""``lockgate job MODULE:APP JOB_ID``: what is known of one job (``App.job``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+
+from lockgate.cli.common import EXIT_USAGE, load_app, reported_errors, run_closing
+from lockgate.cli.options import log_level_option, url_option
+from lockgate.core.status import JobInfo
+
+
+def job_fields(info: JobInfo) -> dict[str, Any]:
+    """A job as ``lockgate job --json`` prints it (pure): id, status, task, attempts,
+    times (ISO 8601, UTC; null when not known), reason, key, and, when its task keeps
+    them, ``result`` (as JSON, its repr when it has no JSON form) and ``error`` (type,
+    message, traceback)."""
+    error = info.error
+    return {
+        "id": info.id,
+        "status": info.status,
+        "task": info.task or None,
+        "attempts": info.attempts,
+        "enqueued_at": _iso(info.enqueued_at),
+        "started_at": _iso(info.started_at),
+        "finished_at": _iso(info.finished_at),
+        "reason": info.reason or None,
+        "key": info.key,
+        "result_kept": info.result_kept,
+        "result": _json_value(info.result) if info.result_kept and error is None else None,
+        "error": None if error is None else {
+            "type": error.type, "message": error.message, "traceback": error.traceback,
+        },
+    }  # fmt: skip
+
+
+def job_lines(info: JobInfo) -> list[str]:
+    """A job as ``lockgate job`` prints it (pure): one ``name: value`` line per field
+    known, the error's traceback last."""
+    fields = job_fields(info)
+    lines = [f"job {info.id}: {info.status}"]
+    shown = ("task", "attempts", "enqueued_at", "started_at", "finished_at", "reason", "key")
+    lines += [f"{name}: {fields[name]}" for name in shown if fields[name] is not None]
+    if fields["result_kept"] and info.error is None:
+        lines.append(f"result: {json.dumps(fields['result'])}")
+    if info.error is not None:
+        lines.append(f"error: {info.error.type}: {info.error.message}")
+        if info.error.traceback:
+            lines += ["", info.error.traceback.rstrip("\n")]
+    return lines
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("job_id", metavar="JOB_ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@url_option
+@log_level_option
+def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
+    """Show job JOB_ID of MODULE:APP: its status (waiting, delayed, running, done, dead,
+    cancelled), task, attempts, times, and its result or error when its task keeps them
+    (``keep_result``).
+
+    Exits 2 when the job is unknown (never enqueued, or it ended longer ago than the app
+    keeps statuses, ``status_ttl``).
+    """
+    app = load_app(app_spec, url)
+    with reported_errors():
+        info = run_closing(app, lambda: app.job_async(job_id))
+    if info.status == "unknown":
+        click.echo(
+            f"error: no job with id {job_id!r} (never enqueued, or it ended longer ago "
+            "than the app keeps statuses: status_ttl)",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
+    if as_json:
+        click.echo(json.dumps(job_fields(info), indent=2))
+        return
+    click.echo("\n".join(job_lines(info)))
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
+def _json_value(value: Any) -> Any:
+    """A result as JSON data: a record (a dataclass, a model) becomes its fields."""
+    try:
+        return msgspec.to_builtins(value)
+    except TypeError:
+        return repr(value)
