@@ -79,6 +79,7 @@ def test_job_of_a_waiting_job_and_of_an_unknown_one(cli: ModuleType) -> None:
     waiting = cli.later.enqueue(1)
     fields = json.loads(invoke("job", SPEC, waiting.job_id, "--json").stdout)
     assert (fields["status"], fields["task"], fields["attempts"]) == ("waiting", "later", 0)
+    assert fields["queue"] == "default"
     assert fields["result_kept"] is False and fields["enqueued_at"] is not None
 
     unknown = invoke("job", SPEC, "no-such-job")

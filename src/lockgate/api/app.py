@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta, tzinfo
 from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
+from lockgate.api import waiting
 from lockgate.api.eager import EagerRuns
 from lockgate.api.flow_jobs import FlowServices
 from lockgate.api.flows import FlowInfo, FlowOps, FlowResult
@@ -36,7 +35,7 @@ from lockgate.core.cron import Schedule, check_no_arguments
 from lockgate.core.flows import Step
 from lockgate.core.message import Message, check_size
 from lockgate.core.retry import DEFAULT_TTL
-from lockgate.core.status import CancelOutcome, JobInfo, Poll, answer, job_info, settled
+from lockgate.core.status import CancelOutcome, JobInfo, job_info
 from lockgate.core.tasks import TaskKeywords, TaskSettings
 from lockgate.errors import ConfigError
 from lockgate.integrations.outbox import Outbox, outbox_of
@@ -516,20 +515,14 @@ class App:
         """Wait for a job to end and return its result (see
         [EnqueueResult.result][lockgate.EnqueueResult.result])."""
         self._check_kept(task, job_id)
-        poll = Poll(timeout, job_id)
-        while not settled(info := self.job(job_id)):
-            time.sleep(poll.next_wait())
-        return answer(info)
+        return waiting.wait_result(self, job_id, timeout)
 
     async def wait_result_async(
         self, job_id: str, task: str = "", timeout: float | None = None
     ) -> Any:
         """Async [wait_result][lockgate.App.wait_result]."""
         self._check_kept(task, job_id)
-        poll = Poll(timeout, job_id)
-        while not settled(info := await self.job_async(job_id)):
-            await asyncio.sleep(poll.next_wait())
-        return answer(info)
+        return await waiting.wait_result_async(self, job_id, timeout)
 
     def _check_kept(self, task: str, job_id: str) -> None:
         if self._eager is not None and job_id in self._eager.jobs:

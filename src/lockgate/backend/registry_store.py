@@ -10,16 +10,19 @@ a wrong guess left (see :meth:`RegistryStore._registry_call`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, Protocol
 
 from lockgate.backend.broker import text
-from lockgate.backend.connections import AsyncClient
+from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
 from lockgate.backend.keys import Keys
-from lockgate.backend.lua import AsyncScripts, ScriptCall
+from lockgate.backend.lua import AsyncScripts, ScriptCall, SyncScripts
 from lockgate.backend.registry import WorkerInfo, decode, heartbeat_call, leave_call, placed
 from lockgate.core.activity import Batch, Counts, batches
+from lockgate.core.sansio import drive, drive_async
+
+Read = tuple[Any, ...]  # a read command: the client's method name, then its arguments
 
 
 class RegistryHost(Protocol):
@@ -29,6 +32,8 @@ class RegistryHost(Protocol):
     keys: Keys
 
     async def async_connection(self) -> tuple[AsyncClient, AsyncScripts]: ...
+
+    def sync_connection(self) -> tuple[SyncClient, SyncScripts]: ...
 
     async def check_partitions_async(self, client: AsyncClient | None = None) -> None: ...
 
@@ -112,18 +117,40 @@ class RegistryStore:
         return now_ms / 1000
 
     async def live_workers(self) -> list[WorkerInfo]:
-        """The workers whose registry entry has not expired (two reads, no write)."""
+        """The workers whose registry entry has not expired (two reads, no write).
+
+        Raises:
+            BrokerError: Redis refused a command or could not be reached.
+        """
         client, _ = await self._store.async_connection()
-        keys = self._store.keys
+
+        async def do(command: Read) -> Any:
+            return await getattr(client, command[0])(*command[1:])
+
         with translated(self._store.url):
-            replied = await client.zrange(keys.workers(), 0, -1)
-            names = [name for name in replied if isinstance(name, bytes | str)]
-            if not names:
-                return []
-            async with client.pipeline(transaction=False) as pipe:
-                for name in names:
-                    pipe.get(keys.worker(text(name)))
-                values = await pipe.execute()
+            return await drive_async(self._live_steps(), do)
+
+    def live_workers_sync(self) -> list[WorkerInfo]:
+        """:meth:`live_workers` through the sync client (the sync API's).
+
+        Raises:
+            BrokerError: Redis refused a command or could not be reached.
+        """
+        client, _ = self._store.sync_connection()
+        with translated(self._store.url):
+            return drive(
+                self._live_steps(), lambda command: getattr(client, command[0])(*command[1:])
+            )
+
+    def _live_steps(self) -> Generator[Read, Any, list[WorkerInfo]]:
+        """:meth:`live_workers`, sans I/O: it yields the commands to send (see
+        :mod:`lockgate.core.sansio`). The entries share the namespace's hash tag: one MGET."""
+        keys = self._store.keys
+        replied = yield ("zrange", keys.workers(), 0, -1)
+        names = [text(name) for name in replied if isinstance(name, bytes | str)]
+        if not names:
+            return []
+        values = yield ("mget", [keys.worker(name) for name in names])
         found = [decode(value) for value in values if value is not None]
         return [info for info in found if info is not None]
 

@@ -16,15 +16,16 @@ from lockgate.core.status import JobInfo
 
 
 def job_fields(info: JobInfo) -> dict[str, Any]:
-    """A job as ``lockgate job --json`` prints it (pure): id, status, task, attempts,
-    times (ISO 8601, UTC; null when not known), reason, key, and, when its task keeps
-    them, ``result`` (as JSON, its repr when it has no JSON form) and ``error`` (type,
-    message, traceback)."""
+    """A job as ``lockgate job --json`` prints it (pure): id, status, task, queue (while it
+    waits or runs), attempts, times (ISO 8601, UTC; null when not known), reason, key,
+    and, when its task keeps them, ``result`` (as JSON, its repr when it has no JSON
+    form) and ``error`` (type, message, traceback)."""
     error = info.error
     return {
         "id": info.id,
         "status": info.status,
         "task": info.task or None,
+        "queue": info.queue or None,
         "attempts": info.attempts,
         "enqueued_at": _iso(info.enqueued_at),
         "started_at": _iso(info.started_at),
@@ -44,7 +45,9 @@ def job_lines(info: JobInfo) -> list[str]:
     known, the error's traceback last."""
     fields = job_fields(info)
     lines = [f"job {info.id}: {info.status}"]
-    shown = ("task", "attempts", "enqueued_at", "started_at", "finished_at", "reason", "key")
+    shown = (
+        "task", "queue", "attempts", "enqueued_at", "started_at", "finished_at", "reason", "key",
+    )  # fmt: skip
     lines += [f"{name}: {fields[name]}" for name in shown if fields[name] is not None]
     if fields["result_kept"] and info.error is None:
         lines.append(f"result: {json.dumps(fields['result'])}")

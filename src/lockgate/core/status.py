@@ -105,6 +105,7 @@ class JobInfo:
             known).
         key: its fairness key (``@app.task(key_by=...)``); None: it has none, or it is
             not known (a record written before lockgate 0.4).
+        queue: its queue while it waits or runs ("" once it ended: not recorded then).
     """
 
     id: str
@@ -119,6 +120,7 @@ class JobInfo:
     reason: str = ""
     result_kept: bool = False
     key: str | None = None
+    queue: str = ""
 
     @property
     def finished(self) -> bool:
@@ -240,8 +242,9 @@ def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> Jo
         return JobInfo(job_id, status)
     attempts = job.attempt if status == "running" else job.attempt - 1
     return JobInfo(
-        job_id, status, job.task, attempts, enqueued_at=moment(job.enqueued), key=job.key
-    )
+        job_id, status, job.task, attempts, enqueued_at=moment(job.enqueued), key=job.key,
+        queue=job.queue,
+    )  # fmt: skip
 
 
 def _result(data: Any, returns: Any) -> tuple[Any, ErrorInfo | None] | None:
