@@ -15,7 +15,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,42 @@ async def test_retry_on_types_are_retried_and_others_are_not(
         "ConnectionResetError",
     )
     assert (letters["value"].reason, letters["value"].attempt) == ("failed", 1)
+
+
+async def test_any_exception_retries_unless_dead_on_names_it(
+    make_app: Callable[..., App],
+) -> None:
+    """0.4's rule: without retry_on, any Exception retries up to ``retries``; ``dead_on``
+    types dead-letter at once, and ``dead_on=(Exception,)`` keeps 0.3's rule (only
+    RetryableError, timeouts and retry_on types retry)."""
+    app = make_app()
+    attempts: Counter[str] = Counter()
+    errors = {"value": ValueError, "key": KeyError, "retryable": RetryableError}
+
+    def fail(error: str) -> None:
+        attempts[current_job().job_id] += 1
+        raise errors[error](error)
+
+    app.task(retries=2, backoff=0.01, name="plain")(fail)
+    app.task(retries=2, backoff=0.01, dead_on=(LookupError,), name="some_dead")(fail)
+    app.task(retries=2, backoff=0.01, dead_on=(Exception,), name="as_in_0_3")(fail)
+    for task, error in [("plain", "value"), ("some_dead", "key"), ("some_dead", "value"),
+                        ("as_in_0_3", "value"), ("as_in_0_3", "retryable")]:  # fmt: skip
+        app.tasks[task].enqueue(error, job_id=f"{task}:{error}")
+    worker = worker_for(app, concurrency=5)
+    async with running(worker):
+        await wait_until(lambda: worker.dead == 5)
+    assert attempts == {
+        "plain:value": 3, "some_dead:key": 1, "some_dead:value": 3,
+        "as_in_0_3:value": 1, "as_in_0_3:retryable": 3,
+    }  # fmt: skip
+    reasons = {letter.job_id: letter.reason for letter in list_dead(app)}
+    assert reasons == {
+        "plain:value": "retries exhausted", "some_dead:key": "failed",
+        "some_dead:value": "retries exhausted", "as_in_0_3:value": "failed",
+        "as_in_0_3:retryable": "retries exhausted",
+    }  # fmt: skip
+    assert worker.retried == 6
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0])
@@ -263,14 +299,15 @@ async def test_delayed_and_eta_jobs_wait_in_the_delayed_set_and_never_run_early(
     eta = datetime.now(UTC) + timedelta(milliseconds=600)
     remind.enqueue("delay", delay=0.5)
     remind.enqueue("eta", eta=eta)
-    await remind.enqueue_async("naive-eta", eta=eta.replace(tzinfo=None))  # naive means UTC
+    elsewhere = eta.astimezone(timezone(timedelta(hours=-5)))  # the same moment
+    await remind.enqueue_async("zoned-eta", eta=elsewhere)
     remind.enqueue("past-eta", eta=datetime.now(UTC) - timedelta(hours=1))  # due now
     assert delayed_count(rclient, app) == 3
     worker = worker_for(app, concurrency=4)
     async with running(worker):
         await wait_until(lambda: worker.processed == 4)
     assert ran["delay"] >= before + 0.5 - 0.002
-    for name in ("eta", "naive-eta"):
+    for name in ("eta", "zoned-eta"):
         assert ran[name] >= eta.timestamp() - 0.05, name  # the same host clock, ms rounding
     assert delayed_count(rclient, app) == 0
 

@@ -4,7 +4,6 @@ returns."""
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import time
 import typing
@@ -20,6 +19,7 @@ from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels
 from lockgate.core.fairness import key_function
+from lockgate.core.logs import get_logger
 from lockgate.core.message import Message, check_size
 from lockgate.core.options import (
     CELERY_METHODS,
@@ -40,7 +40,7 @@ Q = ParamSpec("Q")
 R = TypeVar("R")
 T = TypeVar("T")
 
-logger = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 class TaskHost(Protocol):
@@ -190,7 +190,7 @@ class Task(Generic[P, R]):
         self.key_rate = settings.key_rate
         self.debounce = settings.debounce_ms
         if shadowed := option_named(self.signature.parameters.values()):
-            logger.warning(
+            log.warning(
                 "task %r has parameters named like enqueue options (%s): a plain "
                 "%s.enqueue(...) takes those keywords for itself; pass them to the task "
                 "through %s.using(...).enqueue(...), whose keywords are all the task's",
@@ -316,18 +316,22 @@ class Task(Generic[P, R]):
         return ConfiguredTask[P, EnqueueResult](self, options)
 
     def _check_options(self, options: EnqueueOptions) -> None:
-        if options.queue is not None and options.queue not in self.app.queues:
-            raise ConfigError(
-                f"queue {options.queue!r} is not one of this app's queues "
-                f"({', '.join(self.app.queues)}): a job goes to a queue some task is "
-                "declared on, which the workers serving it know"
-            )
+        if options.queue is not None:
+            self._check_queue(options.queue)
         if options.priority is not None:
             self.app.levels.index(options.priority)
         if options.delay is not None and options.eta is not None:
             raise ConfigError("give delay or eta, not both")
         if options.eta is not None:
             check_eta(options.eta)
+
+    def _check_queue(self, queue: str) -> None:
+        if queue not in self.app.queues:
+            raise ConfigError(
+                f"queue {queue!r} is not one of this app's queues "
+                f"({', '.join(self.app.queues)}): a job goes to a queue some task is "
+                "declared on, which the workers serving it know"
+            )
 
     def build(
         self, args: Sequence[Any], kwargs: dict[str, Any], options: EnqueueOptions
@@ -348,7 +352,7 @@ class Task(Generic[P, R]):
         level = options.priority or self.priority
         self.app.levels.index(level)
         if options.queue is not None:
-            self._check_options(options)
+            self._check_queue(options.queue)
         job = Job(
             id=codec.check_job_id(options.job_id) if options.job_id is not None
             else os.urandom(16).hex(),
@@ -445,11 +449,10 @@ class Task(Generic[P, R]):
             DatabaseError: psycopg: the transaction's id could not be read.
             ConnectionFailed: queued at once (no transaction) and Redis cannot be reached.
         """
-        message = self._checked(
+        message = self.message(
             *args, job_id=job_id, priority=priority, delay=delay, eta=eta, **kwargs
         )
-        enqueue_on_commit(self.app, conn, message)
-        return message.job.id
+        return self.send_on_commit(conn, message)
 
     async def enqueue_on_commit_async(self, conn: Any, *args: Any, **kwargs: Any) -> str:
         """[enqueue_on_commit][lockgate.Task.enqueue_on_commit] that also takes a psycopg 3
@@ -461,14 +464,36 @@ class Task(Generic[P, R]):
         Raises:
             ConfigError: an ``AsyncConnection``, and the App has no outbox.
         """
-        message = self._checked(*args, **kwargs)
-        await enqueue_on_commit_async(self.app, conn, message)
+        return await self.send_on_commit_async(conn, self.message(*args, **kwargs))
+
+    def send_on_commit(self, conn: Any, message: Message) -> str:
+        """Queue a job this task built once the transaction ``conn`` is in commits (what
+        [enqueue_on_commit][lockgate.Task.enqueue_on_commit] does with its message).
+
+        Returns:
+            The job's id.
+        """
+        enqueue_on_commit(self.app, conn, self._sized(message))
         return message.job.id
 
-    def _checked(self, *args: Any, **kwargs: Any) -> Message:
-        """[message][lockgate.Task.message], encoded and size-checked now rather than
-        after the commit."""
-        message = self.message(*args, **kwargs)
+    async def send_on_commit_async(self, conn: Any, message: Message) -> str:
+        """Async :meth:`send_on_commit` (see
+        [enqueue_on_commit_async][lockgate.Task.enqueue_on_commit_async])."""
+        await enqueue_on_commit_async(self.app, conn, self._sized(message))
+        return message.job.id
+
+    def _sized(self, message: Message) -> Message:
+        """``message``, encoded and size-checked now rather than after the commit."""
         check_size(message, codec.encode(message.job), self.app.max_payload_bytes)
         return message
 
+    if not TYPE_CHECKING:  # for type checkers, a Task has no such attributes
+
+        def __getattr__(self, name: str) -> Any:
+            # Only looked up when an attribute is missing: Celery's sending methods get
+            # lockgate's name for them (the others, a plain AttributeError).
+            if name in CELERY_METHODS:
+                raise AttributeError(
+                    f"a lockgate Task has no {name!r} (Celery's): use {CELERY_METHODS[name]}"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
