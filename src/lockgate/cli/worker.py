@@ -16,6 +16,7 @@ from lockgate.cli.common import load_app, reported_errors, run_async
 from lockgate.cli.options import effective_log_level, log_level_option, url_option
 from lockgate.core.config import WorkerConfig
 from lockgate.core.logs import get_logger
+from lockgate.integrations.outbox import TABLE as OUTBOX_TABLE
 from lockgate.integrations.outbox import outbox_of
 from lockgate.worker.joblog import JobLog, use_json
 from lockgate.worker.loop import Worker
@@ -96,8 +97,8 @@ def worker(
         return
     app = load_app(app_spec, url)
     with reported_errors(), contextlib.ExitStack() as stack:
-        if outbox is not None:
-            app.outbox = outbox_of(outbox)
+        if outbox is not None:  # the App's own table, if it names one
+            app.outbox = outbox_of(outbox, getattr(app.outbox, "table", OUTBOX_TABLE))
         if embedded:
             from lockgate.integrations.embedded import EmbeddedServer
 

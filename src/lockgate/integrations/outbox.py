@@ -205,8 +205,9 @@ class Outbox:
         )
 
 
-def outbox_of(value: str | Outbox | None) -> Outbox | None:
-    """``App(outbox=...)``, checked: None, a DSN, or an :class:`Outbox`.
+def outbox_of(value: str | Outbox | None, table: str = TABLE) -> Outbox | None:
+    """``App(outbox=...)``, checked: None, a DSN (its outbox in ``table``), or an
+    :class:`Outbox`.
 
     Raises:
         ConfigError: not a DSN PostgreSQL can parse.
@@ -226,7 +227,7 @@ def outbox_of(value: str | Outbox | None) -> Outbox | None:
         conninfo_to_dict(value)
     except psycopg.Error as e:
         raise ConfigError(f"outbox is not a PostgreSQL DSN: {' '.join(str(e).split())}") from e
-    return Outbox(value)
+    return Outbox(value, table)
 
 
 async def enqueue_on_commit_async(app: Sender, conn: object, message: Message) -> None:
