@@ -87,6 +87,24 @@ def test_demo_plot_without_matplotlib_is_one_line_and_exit_2_before_any_run(
     assert not out.exists()
 
 
+def test_lockgate_django_without_a_tasks_framework_is_one_line_naming_the_extra() -> None:
+    """Neither Django 6's django.tasks nor the django-tasks backport importable."""
+    code = (
+        "sys.modules['django.tasks'] = None\n"
+        "from lockgate import MissingExtra\n"
+        "try:\n"
+        "    import lockgate.django\n"
+        "except MissingExtra as e:\n"
+        "    print(e.extra, '|', e)\n"
+    )
+    done = run_without("django_tasks", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "django | lockgate.django needs Django's tasks framework (django.tasks in Django 6, "
+        "or the django-tasks backport), which is not installed: pip install 'lockgate[django]'"
+    )
+
+
 def test_the_core_imports_none_of_the_extras() -> None:
     code = (
         "import lockgate, lockgate.cli, lockgate.worker.loop, lockgate.embedded, sys\n"
