@@ -113,6 +113,24 @@ async def test_a_worker_runs_a_per_second_cron_task_each_tick(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_cron_task_gets_its_declared_arguments_each_tick(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    app = make_app(backend=backend)
+    got: list[tuple[str, int, str]] = []
+
+    # A parameter named like an enqueue option is the task's too (priority=).
+    @app.cron("*/5 * * * *", args=("eu",), kwargs={"limit": 7, "priority": "urgent"})
+    async def purge(region: str, limit: int, priority: str) -> None:
+        got.append((region, limit, priority))
+
+    (result,) = await scheduler(app).enqueue_due(datetime.now(UTC))
+    assert result.created and result.job_id.startswith("cron:purge:")
+    await drain(app)
+    assert got == [("eu", 7, "urgent")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_three_workers_run_each_tick_once(make_app: Callable[..., App], backend: str) -> None:
     runs: list[str] = []
     apps = [with_cron_task(make_app(backend=backend), runs, "* * * * * *") for _ in range(3)]

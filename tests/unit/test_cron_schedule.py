@@ -236,10 +236,35 @@ def test_app_cron_refuses_an_unknown_time_zone(app: App) -> None:
 def test_app_cron_refuses_a_function_that_takes_arguments(app: App) -> None:
     with pytest.raises(ConfigError, match=r"cron task 'rollup' is called with no arguments"):
 
-        @app.cron("0 3 * * *")  # type: ignore[arg-type]  # mypy sees it too
+        @app.cron("0 3 * * *")
         def rollup(day: str) -> None: ...
 
     assert app.tasks == {} and app.schedules == {}
+
+
+def test_app_cron_checks_its_arguments_against_the_function(app: App) -> None:
+    with pytest.raises(ConfigError, match=r"args=\('a', 'b'\), kwargs=\{\}.*too many"):
+
+        @app.cron("0 3 * * *", args=("a", "b"))
+        def rollup(day: str) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"parameter 'limit': 'many' \(str\) does not fit int"):
+
+        @app.cron("0 3 * * *", args=("eu",), kwargs={"limit": "many"})
+        def purge(region: str, limit: int = 10) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"args must be a tuple and kwargs a dict"):
+
+        @app.cron("0 3 * * *", args="eu")  # type: ignore[arg-type]
+        def cleanup(region: str) -> None: ...
+
+    assert app.tasks == {} and app.schedules == {}
+
+    @app.cron("0 3 * * *", args=("eu",), kwargs={"limit": 5, "priority": "x"})
+    def report(region: str, limit: int, priority: str) -> None: ...
+
+    schedule = app.schedules["report"]
+    assert (schedule.args, dict(schedule.kwargs)) == (("eu",), {"limit": 5, "priority": "x"})
 
 
 def test_app_cron_refuses_what_app_task_refuses(app: App) -> None:

@@ -31,13 +31,14 @@ from lockgate.core.app_config import (
 )
 from lockgate.core.codec import Job
 from lockgate.core.config import Backend, resolve_redis_url, seconds
-from lockgate.core.cron import Schedule, check_no_arguments
+from lockgate.core.cron import Schedule, check_arguments
 from lockgate.core.flows import Step
 from lockgate.core.message import Message, check_size
 from lockgate.core.retry import DEFAULT_TTL
 from lockgate.core.status import CancelOutcome, JobInfo, job_info
 from lockgate.core.tasks import TaskKeywords, TaskSettings
 from lockgate.errors import ConfigError
+from lockgate.integrations.atomic import warn_if_in_atomic
 from lockgate.integrations.outbox import Outbox, outbox_of
 
 P = ParamSpec("P")
@@ -232,9 +233,15 @@ class App:
         return registered
 
     def cron(
-        self, expression: str, *, tz: str | tzinfo = "UTC", **settings: Unpack[TaskKeywords]
-    ) -> Callable[[Callable[[], R]], Task[[], R]]:
-        """Register a function of no arguments (sync or async) as a task run on a schedule.
+        self,
+        expression: str,
+        *,
+        tz: str | tzinfo = "UTC",
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **settings: Unpack[TaskKeywords],
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function (sync or async) as a task run on a schedule.
 
         Each worker that serves the task's queue runs a scheduler (off with
         ``WorkerConfig(scheduler=False)`` or ``lockgate worker --no-scheduler``; a burst
@@ -254,20 +261,24 @@ class App:
                 (``"Europe/Paris"``) or a ``zoneinfo.ZoneInfo``. Around DST changes it
                 runs as Debian's cron does: a daily job whose time is skipped in spring
                 runs when the clock jumps, and runs once on the day an hour repeats.
+            args: the positional arguments of each tick's job.
+            kwargs: its keyword arguments (any names: they all go to the task).
             **settings: the options of [task][lockgate.App.task]
                 ([TaskSettings][lockgate.core.tasks.TaskSettings]).
 
         Raises:
             TypeError: a keyword argument that is not an option of a task.
-            ConfigError: a bad expression or time zone (naming the task), a function that
-                takes arguments, or what [task][lockgate.App.task] refuses.
+            ConfigError: a bad expression or time zone (naming the task), ``args`` and
+                ``kwargs`` that do not fit the function, or what
+                [task][lockgate.App.task] refuses.
+            SerializationError: an argument would not arrive as it is.
         """
         declared = TaskSettings.of(settings, "App.cron")
 
-        def register(func: Callable[[], R]) -> Task[[], R]:
+        def register(func: Callable[P, R]) -> Task[P, R]:
             task_name = declared.task_name(func)
-            schedule = Schedule.parse(task_name, expression, tz)
-            check_no_arguments(func, task_name)
+            schedule = Schedule.parse(task_name, expression, tz, args, kwargs)
+            check_arguments(func, task_name, schedule.args, schedule.kwargs)
             registered = self._register(func, declared)
             self.schedules[task_name] = schedule
             return registered
@@ -290,6 +301,8 @@ class App:
 
     def _plan(self, messages: Iterable[Message]) -> tuple[list[Job], EnqueuePlan]:
         messages = list(messages)
+        if messages:  # a plain enqueue in Django's transaction.atomic() is warned about
+            warn_if_in_atomic(messages[0].job.task)
         outgoing = [self.outgoing(message) for message in messages]
         return [m.job for m in messages], self.store.broker.plan_enqueue(outgoing)
 

@@ -28,15 +28,18 @@ The parser is cronsim, not croniter (both on PyPI, both maintained):
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from types import MappingProxyType
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from lockgate.core.arguments import Schema
 from lockgate.core.codec import check_job_id
-from lockgate.errors import ConfigError, SerializationError
+from lockgate.errors import ConfigError, InvalidArguments, SerializationError
 
 MIN_ONCE_TTL = 60.0  # seconds a tick's once-only key lasts at least (clock skew margin)
 NO_NEXT_TTL = 400 * 86400.0  # a tick with no next one within cronsim's 50-year horizon
@@ -78,15 +81,26 @@ class Schedule:
         task: the task's name.
         expression: the cron expression.
         tz: the time zone the expression is read in.
+        args: the positional arguments each tick's job gets.
+        kwargs: the keyword arguments each tick's job gets.
     """
 
     task: str
     expression: str
     tz: tzinfo = field(default=UTC)
+    args: tuple[Any, ...] = field(default=(), hash=False)
+    kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     @classmethod
-    def parse(cls, task: str, expression: str, tz: str | tzinfo = "UTC") -> Schedule:
-        """Check a task's schedule.
+    def parse(
+        cls,
+        task: str,
+        expression: str,
+        tz: str | tzinfo = "UTC",
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Check a task's schedule (its arguments are checked by :func:`check_arguments`).
 
         Raises:
             ConfigError: the expression does not parse or never fires, the time zone is
@@ -96,7 +110,11 @@ class Schedule:
         if not isinstance(expression, str):
             raise ConfigError(f"cron task {task!r}: the expression must be a string, "
                               f"got {expression!r}")  # fmt: skip
-        schedule = cls(task, expression, zone(tz, task))
+        if not isinstance(args, tuple | list) or not isinstance(kwargs, Mapping | None):
+            raise ConfigError(f"cron task {task!r}: args must be a tuple and kwargs a dict, "
+                              f"got {args!r} and {kwargs!r}")  # fmt: skip
+        fixed = MappingProxyType(dict(kwargs or {}))
+        schedule = cls(task, expression, zone(tz, task), tuple(args), fixed)
         try:
             CronSim(expression, _PROBE)
         except CronSimError as e:
@@ -145,20 +163,32 @@ class Schedule:
         return tick.astimezone(UTC)
 
 
-def check_no_arguments(fn: Callable[..., object], task: str) -> None:
-    """A scheduler calls a cron task with no arguments: refuse one that needs some.
+def check_arguments(
+    fn: Callable[..., object], task: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
+    """A scheduler calls a cron task with its schedule's ``args`` and ``kwargs``: refuse
+    them, at declaration, when they do not fit the task as an enqueue would.
 
     Raises:
-        ConfigError: ``fn`` has a parameter without a default.
+        ConfigError: they do not bind to ``fn``'s parameters, or a value does not fit its
+            parameter's annotation.
+        SerializationError: a value would not arrive as it is (see
+            :mod:`lockgate.core.arguments`).
     """
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # no signature to read (some builtins): trust it
         return
     try:
-        signature.bind()
-    except TypeError as e:
-        raise ConfigError(f"cron task {task!r} is called with no arguments: {e}") from None
+        Schema(task, fn, signature).check(args, kwargs)
+    except InvalidArguments as e:
+        given = (
+            "no arguments" if not args and not kwargs else f"args={args!r}, kwargs={dict(kwargs)!r}"
+        )
+        raise ConfigError(
+            f"cron task {task!r} is called with {given}, which do not fit it: {e} "
+            "(give its arguments with @app.cron(..., args=(...), kwargs={...}))"
+        ) from None
 
 
 def _utc(moment: datetime) -> datetime:

@@ -76,7 +76,9 @@ class Scheduler:
     def message(self, schedule: Schedule, tick: datetime) -> Message:
         """The job of one tick, with its once-only key."""
         task = self.app.tasks[schedule.task]
-        message = task.message(job_id=schedule.job_id(tick))
+        message = task.using(job_id=schedule.job_id(tick)).message(
+            *schedule.args, **schedule.kwargs
+        )
         job = message.job
         # In the job's partition: the enqueue script takes it with the job.
         once_key = self.app.store.layout.for_job(job.id, job.key).tick(schedule.task, stamp(tick))
