@@ -32,6 +32,7 @@ from lockgate.core.options import (
 from lockgate.core.status import CancelOutcome, JobInfo, Status, answer
 from lockgate.core.tasks import TaskSettings
 from lockgate.errors import ConfigError, InvalidArguments
+from lockgate.integrations.atomic import sending_on_commit
 from lockgate.integrations.outbox import enqueue_on_commit_async
 from lockgate.integrations.transactions import OutboxWriter, enqueue_on_commit
 
@@ -473,13 +474,15 @@ class Task(Generic[P, R]):
         Returns:
             The job's id.
         """
-        enqueue_on_commit(self.app, conn, self._sized(message))
+        with sending_on_commit():  # a send at once (no transaction) is not warned about
+            enqueue_on_commit(self.app, conn, self._sized(message))
         return message.job.id
 
     async def send_on_commit_async(self, conn: Any, message: Message) -> str:
         """Async :meth:`send_on_commit` (see
         [enqueue_on_commit_async][lockgate.Task.enqueue_on_commit_async])."""
-        await enqueue_on_commit_async(self.app, conn, self._sized(message))
+        with sending_on_commit():
+            await enqueue_on_commit_async(self.app, conn, self._sized(message))
         return message.job.id
 
     def _sized(self, message: Message) -> Message:
