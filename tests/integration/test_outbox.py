@@ -319,3 +319,38 @@ async def test_the_relay_logs_an_unreachable_postgresql_or_a_missing_table_once(
         await asyncio.wait_for(relaying, WAIT_TIMEOUT)
         assert len(caplog.records) == 1, caplog.messages
         assert says in caplog.messages[0]
+
+
+async def test_a_delay_counts_from_the_insert_and_a_row_that_is_no_job_is_dropped(
+    charges: tuple[App, Task[Any, None], list[str]],
+    outbox: Outbox,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app, charge, _ = charges
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        later = charge.enqueue_on_commit(conn, "later", delay=3600)
+        conn.execute(
+            outbox.sql("INSERT INTO {} (namespace, queue, job) VALUES (%s, 'default', %s)"),
+            (app.namespace, b"not a job"),
+        )
+        now = charge.enqueue_on_commit(conn, "now")
+    relay = Relay(app, outbox)
+    try:
+        assert await relay.relay_once() == 3
+    finally:
+        await relay._close()
+    assert relay.relayed == 2
+    assert rows(outbox, app.namespace) == 0
+    assert app.job(later).status == "delayed"
+    assert app.job(now).status == "waiting"
+    assert any("is no job: deleted" in m for m in caplog.messages)
+
+
+def test_inside_eager_the_job_runs_inline_not_through_the_outbox(
+    charges: tuple[App, Task[Any, None], list[str]], outbox: Outbox
+) -> None:
+    app, charge, ran = charges
+    with app.eager(), psycopg.connect(DSN, autocommit=True) as conn:
+        charge.enqueue_on_commit(conn, "inline")
+    assert ran == ["inline"]
+    assert rows(outbox, app.namespace) == 0
