@@ -41,7 +41,8 @@ Known limits:
 - psycopg: a savepoint (a nested ``conn.transaction()``) that rolls back on its own does
   not cancel a job enqueued inside it if the outer transaction commits: PostgreSQL reports
   the outcome of top-level transactions only. Django's ``on_commit`` does handle this.
-- psycopg: async connections are not accepted (the call is sync). The watcher is one more
+- psycopg: async connections are not accepted (the call is sync; with the outbox,
+  ``enqueue_on_commit_async`` takes them). The watcher is one more
   PostgreSQL session per process and server while transactions are pending. Across a
   failover to a replica that never saw the transaction its outcome may be misjudged; a
   prepared (two-phase) transaction waits until ``COMMIT PREPARED``.
