@@ -354,3 +354,22 @@ def test_inside_eager_the_job_runs_inline_not_through_the_outbox(
         charge.enqueue_on_commit(conn, "inline")
     assert ran == ["inline"]
     assert rows(outbox, app.namespace) == 0
+
+
+@pytest.mark.parametrize("options", [{"backend": "sorted"}, {"partitions": 4}])
+async def test_the_relay_enqueues_on_every_backend_and_layout(
+    make_app: Callable[..., App], outbox: Outbox, options: dict[str, Any]
+) -> None:
+    app = make_app(outbox=outbox, **options)
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        for n in range(20):
+            work.enqueue_on_commit(conn, n)
+    async with running(worker_for(app)):
+        await wait_until(lambda: sorted(ran) == list(range(20)), message="the relayed jobs ran")
+    assert rows(outbox, app.namespace) == 0
