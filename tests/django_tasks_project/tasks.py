@@ -62,3 +62,11 @@ def send(to: str) -> str:
 
 def plain() -> None:
     CALLED.append("plain")
+
+
+@task
+def django_ready() -> bool:
+    """Whether Django was set up in the process running it (a worker's startup hook)."""
+    from django.apps import apps
+
+    return apps.ready

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import django
@@ -34,6 +38,7 @@ from lockgate.integrations import django_tasks as integration
 from lockgate.integrations.transactions import drain
 
 FRAMEWORK = integration.framework()
+TESTS = Path(__file__).resolve().parents[1]  # where django_tasks_project is
 PROJECT_TASKS = {
     "default": {
         "BACKEND": "lockgate.django.LockgateBackend",
@@ -262,6 +267,20 @@ def test_a_job_naming_something_else_than_a_task_is_dead_lettered_unrun(
         assert (info.status, info.error.type) == ("dead", "ConfigError")
         assert f"is a {what}, not a Django @task" in info.error.message
         assert "lockgate's workers run only those" in info.error.message
+
+
+def test_a_worker_process_started_from_the_command_line(project: Any, app: App) -> None:
+    """``lockgate worker django_tasks_project.jobs:app`` with only DJANGO_SETTINGS_MODULE:
+    the App module registers the runners, the startup hook sets Django up."""
+    results = [project.add.enqueue(20, 22), project.django_ready.enqueue()]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "django_tasks_project.settings",
+           "PYTHONPATH": str(TESTS)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lockgate", "worker", "django_tasks_project.jobs:app", "--burst"],
+        env=env, capture_output=True, text=True, timeout=WAIT_TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [r.task.get_result(r.id).return_value for r in results] == [42, True]
 
 
 def test_get_result_of_an_unknown_job(project: Any) -> None:
