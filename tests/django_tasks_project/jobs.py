@@ -16,3 +16,9 @@ app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "django-tasks-proj
 # The runner of Django tasks, for each queue of TASKS' lockgate entries ("default",
 # "emails"): what a worker of this App needs to run them.
 register(app)
+
+# The same runners on an App with the durable outbox (TASKS' "outboxed" entry in the tests):
+# enqueue() in an atomic block writes the job as a row of that transaction.
+OUTBOX_DSN = "host=127.0.0.1 dbname=test user=postgres"
+outboxed = App(namespace=f"{app.namespace}-outbox", outbox=OUTBOX_DSN)
+register(outboxed)

@@ -29,12 +29,14 @@ from typing import Any
 import django
 import pytest
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
-from conftest import WAIT_TIMEOUT, delete_namespace, worker_for
+from conftest import WAIT_TIMEOUT, delete_namespace, running, wait_until, worker_for
 from lockgate import App, ConfigError
 from lockgate.integrations import django_tasks as integration
+from lockgate.integrations.outbox import COUNT_SQL
+from lockgate.integrations.postgres import init_schema
 from lockgate.integrations.transactions import drain
 
 FRAMEWORK = integration.framework()
@@ -66,13 +68,14 @@ def project(redis_url: str) -> Iterator[Any]:
             django.setup()
         with override_settings(TASKS=PROJECT_TASKS):
             tasks = importlib.import_module("django_tasks_project.tasks")
-            from django_tasks_project.jobs import app
+            from django_tasks_project.jobs import app, outboxed
 
             assert app.namespace == namespace, "the project was imported before this module"
             yield tasks
-            app.close()
+            for each in (app, outboxed):
+                each.close()
+                delete_namespace(redis_url, each.namespace)
             connections.close_all()
-            delete_namespace(redis_url, namespace)
     if set_up_here:  # the example's tests set Django up from their own settings
         from django.utils.functional import empty
 
@@ -302,6 +305,50 @@ def test_enqueue_in_an_atomic_block_waits_for_the_commit(project: Any, app: App)
     assert project.add.get_result(result.id).return_value == 10
     with pytest.raises(FRAMEWORK.no_result):  # the rollback left no job
         project.add.get_result(dropped.id)
+
+
+def test_with_the_apps_outbox_the_job_is_a_row_of_the_transaction(project: Any) -> None:
+    """App(outbox=DSN): enqueue() in an atomic block writes the job into the outbox in that
+    transaction (a rollback leaves nothing); a worker relays it to Redis and runs it."""
+    from django_tasks_project.jobs import OUTBOX_DSN, outboxed
+
+    init_schema(OUTBOX_DSN)  # the default outbox table, if missing (rows are by namespace)
+    tasks = {"outboxed": {"BACKEND": "lockgate.django.LockgateBackend",
+                          "OPTIONS": {"APP": "django_tasks_project.jobs:outboxed"}}}  # fmt: skip
+    count = outboxed.outbox.sql(COUNT_SQL)
+    with override_settings(TASKS={**PROJECT_TASKS, **tasks}):
+        add = project.add.using(backend="outboxed")
+        with pytest.raises(ZeroDivisionError), transaction.atomic():
+            add.enqueue(0, 0)
+            raise ZeroDivisionError
+        with transaction.atomic():
+            result = add.enqueue(7, 8)
+            with connection.cursor() as cursor:  # the row, seen in its own transaction
+                cursor.execute(count.as_string(cursor.connection), [outboxed.namespace])
+                assert cursor.fetchone() == (1,)
+        assert outbox_rows(count, outboxed.namespace) == 1  # committed: the one kept
+        with pytest.raises(FRAMEWORK.no_result):  # not relayed yet: no worker
+            add.get_result(result.id)
+
+        async def relay_and_run() -> None:
+            async with running(worker_for(outboxed)):
+                await wait_until(lambda: outboxed.job(result.id).status == "done")
+
+        asyncio.run(relay_and_run())
+        assert add.get_result(result.id).return_value == 15
+        assert outbox_rows(count, outboxed.namespace) == 0
+
+
+def outbox_rows(count: Any, namespace: str) -> int:
+    """Committed outbox rows of a namespace, as another connection sees them."""
+    import psycopg
+
+    from django_tasks_project.jobs import OUTBOX_DSN
+
+    with psycopg.connect(OUTBOX_DSN, autocommit=True) as conn:
+        row = conn.execute(count, (namespace,)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_without_the_outbox_option_enqueue_sends_at_once(project: Any, app: App) -> None:
