@@ -15,7 +15,6 @@ call (see :mod:`lockgate.worker.settler`):
 from __future__ import annotations
 
 import random
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -24,6 +23,7 @@ import msgspec
 
 from lockgate.core.codec import Job
 from lockgate.core.retry import RetryPolicy
+from lockgate.core.tracebacks import format_error
 from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
 
 Kind = Literal["done", "retry", "dead", "abandoned"]
@@ -49,8 +49,9 @@ class ErrorInfo:
 
     @classmethod
     def of(cls, error: BaseException) -> ErrorInfo:
-        """The text of an exception, traceback included."""
-        return cls(type(error).__name__, str(error), "".join(traceback.format_exception(error)))
+        """The text of an exception, its traceback from the task's own frame (see
+        :func:`~lockgate.core.tracebacks.format_error`)."""
+        return cls(type(error).__name__, str(error), format_error(error))
 
 
 @dataclass(frozen=True, slots=True)
