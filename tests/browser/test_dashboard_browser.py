@@ -55,7 +55,7 @@ def shop(redis_url: str, namespace: str) -> App:
     def fixed() -> bool:
         return bool(app.client().exists(f"{app.keys.prefix}:test:fixed"))
 
-    @app.task(queue="mail", priority="low", keep_result=60)
+    @app.task(queue="mail", priority="low", keep_result=60, dead_on=(ValueError,))
     def send_invoice(order: str) -> str:
         if not fixed():
             raise ValueError(f"no address for {order}")

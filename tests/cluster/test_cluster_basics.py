@@ -113,7 +113,7 @@ async def test_claims_retries_and_dead_letters_on_the_cluster(
         with app.idempotent(f"effect:{name}", ttl=60):
             effects[name] += 1
 
-    @app.task
+    @app.task(dead_on=(ValueError,))
     def broken() -> None:
         raise ValueError("always")
 

@@ -31,7 +31,7 @@ def fixed() -> bool:
     return bool(app.client().exists(record_key("fixed")))
 
 
-@app.task(retries=0)
+@app.task(retries=0, dead_on=(ValueError,))
 def charge(order_id: str) -> None:
     """Fails until the fix is deployed; then records its job id."""
     if not fixed():
@@ -39,7 +39,7 @@ def charge(order_id: str) -> None:
     app.client().rpush(record_key("charged"), current_job().job_id)
 
 
-@app.task(retries=0, priority="low", queue="mail")
+@app.task(retries=0, dead_on=(LookupError,), priority="low", queue="mail")
 def email(to: str) -> None:
     """Fails until the fix is deployed; then records its job id."""
     if not fixed():

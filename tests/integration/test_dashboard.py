@@ -61,7 +61,7 @@ def serve() -> Iterator[Serve]:
 def shop(make_app: Callable[..., App], backend: str = "streams", partitions: int = 1) -> App:
     app = make_app(backend=backend, partitions=partitions)
 
-    @app.task(queue="mail", priority="low", keep_result=60)
+    @app.task(queue="mail", priority="low", keep_result=60, dead_on=(ValueError,))
     def send_invoice(order: str) -> None:
         raise ValueError(f"no address for {order}")
 

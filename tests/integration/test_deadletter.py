@@ -48,7 +48,7 @@ async def test_a_dead_letter_records_why_where_and_when(
 ) -> None:
     app = make_app(backend=backend)
 
-    @app.task(queue="mail", priority="low")
+    @app.task(queue="mail", priority="low", dead_on=(ValueError,))
     def send_invoice(order_id: str, *, copy: bool = False) -> None:
         raise ValueError(f"no address for {order_id}")
 
@@ -122,7 +122,7 @@ async def test_replay_leaves_a_letter_whose_id_is_taken_or_whose_job_is_unusable
 ) -> None:
     app = make_app()
 
-    @app.task(retries=0)
+    @app.task(retries=0, dead_on=(RuntimeError,))
     def charge(order_id: str) -> None:
         raise RuntimeError("down")
 

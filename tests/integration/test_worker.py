@@ -214,11 +214,11 @@ async def test_a_failing_task_is_logged_and_dead_lettered(
     backend: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A task raising a non-retryable error runs once and lands in the dead-letter queue."""
+    """A task raising a dead_on error runs once and lands in the dead-letter queue."""
     app = make_app(backend=backend)
     runs: list[str] = []
 
-    @app.task
+    @app.task(dead_on=(RuntimeError,))
     def boom() -> None:
         runs.append("boom")
         raise RuntimeError("kaput")
@@ -282,7 +282,7 @@ async def test_a_sync_task_returning_an_awaitable_is_an_error(
     assert (worker.processed, worker.retried) == (0, 0)
     assert "wrong-1" in caplog.text and "async def" in caplog.text
     (letter,) = list_dead(app)
-    assert (letter.job_id, letter.error_type) == ("wrong-1", "TypeError")
+    assert (letter.job_id, letter.error_type, letter.reason) == ("wrong-1", "ConfigError", "failed")
     assert "async def" in letter.error
 
 

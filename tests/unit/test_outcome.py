@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -17,7 +18,13 @@ from lockgate.core.outcome import (
     wait,
 )
 from lockgate.core.retry import Backoff, RetryPolicy
-from lockgate.errors import AlreadyProcessed, ClaimBusy, RetryableError, StepDone
+from lockgate.errors import (
+    AlreadyProcessed,
+    ClaimBusy,
+    InvalidArguments,
+    RetryableError,
+    StepDone,
+)
 
 NOW = 1_000_000.0
 
@@ -143,12 +150,38 @@ def test_retry_on_types_and_their_subclasses_are_retryable() -> None:
     assert decide(ValueError("bug"), job(1), policy, now=NOW).kind == "dead"
 
 
+@pytest.mark.parametrize("error", [ValueError("bug"), KeyError("k"), OSError("disk")])
+def test_any_exception_is_retried_without_retry_on(error: BaseException) -> None:
+    outcome = decide(error, job(1), POLICY, now=NOW, uniform=lambda: 0.5)
+    assert (outcome.kind, outcome.delay) == ("retry", 0.5)
+    assert outcome.error is not None and outcome.error.type == type(error).__name__
+    exhausted = decide(error, job(4), POLICY, now=NOW)
+    assert (exhausted.kind, exhausted.reason) == ("dead", "retries exhausted")
+
+
 @pytest.mark.parametrize(
-    "error", [ValueError("bug"), KeyError("k"), SystemExit(3), KeyboardInterrupt()]
+    "error",
+    [
+        SystemExit(3),
+        KeyboardInterrupt(),
+        asyncio.CancelledError(),
+        InvalidArguments("task 't': missing a required argument: 'x'"),
+    ],
 )
-def test_other_errors_are_dead_lettered_at_once(error: BaseException) -> None:
+def test_what_no_retry_mends_is_dead_lettered_at_once(error: BaseException) -> None:
     outcome = decide(error, job(1), POLICY, now=NOW)
     assert (outcome.kind, outcome.reason) == ("dead", "failed")
+
+
+def test_dead_on_types_are_dead_lettered_at_once() -> None:
+    policy = RetryPolicy(retries=3, dead_on=(LookupError,))
+    assert decide(KeyError("k"), job(1), policy, now=NOW).kind == "dead"
+    assert decide(ValueError("v"), job(1), policy, now=NOW, uniform=lambda: 0.0).kind == "retry"
+    # 0.3's rule: only RetryableError, timeouts and retry_on types retry.
+    old = RetryPolicy(retries=3, retry_on=(ConnectionError,), dead_on=(Exception,))
+    for error in (RetryableError("x"), TimeoutError(), ConnectionResetError()):
+        assert decide(error, job(1), old, now=NOW, uniform=lambda: 0.0).kind == "retry"
+    assert decide(ValueError("bug"), job(1), old, now=NOW).kind == "dead"
 
 
 def test_retries_exhausted_after_retries_plus_one_attempts() -> None:

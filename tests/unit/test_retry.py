@@ -8,7 +8,13 @@ from datetime import timedelta
 import pytest
 
 from lockgate.core.retry import Backoff, RetryPolicy
-from lockgate.errors import ConfigError
+from lockgate.errors import (
+    ClaimBusy,
+    ConfigError,
+    InvalidArguments,
+    RetryableError,
+    SerializationError,
+)
 
 
 def test_backoff_ceiling_doubles_from_base_up_to_the_cap() -> None:
@@ -68,10 +74,48 @@ def test_policy_rejects_bad_retries(retries: object) -> None:
         RetryPolicy(retries=retries)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("option", ["retry_on", "dead_on"])
 @pytest.mark.parametrize("kind", [ValueError(), "ValueError", int])
-def test_policy_rejects_retry_on_values_that_are_not_exception_types(kind: object) -> None:
-    with pytest.raises(ConfigError, match="retry_on"):
-        RetryPolicy(retry_on=(kind,))  # type: ignore[arg-type]
+def test_policy_rejects_values_that_are_not_exception_types(option: str, kind: object) -> None:
+    with pytest.raises(ConfigError, match=option):
+        RetryPolicy(**{option: (kind,)})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", [RetryableError, ClaimBusy, TimeoutError])
+def test_dead_on_cannot_name_what_is_always_retried(kind: type[Exception]) -> None:
+    with pytest.raises(ConfigError, match=f"dead_on names {kind.__name__}, which is always"):
+        RetryPolicy(dead_on=(kind,))
+
+
+def test_a_type_in_both_retry_on_and_dead_on_is_refused() -> None:
+    with pytest.raises(ConfigError, match="OSError is in both retry_on and dead_on"):
+        RetryPolicy(retry_on=(OSError,), dead_on=(OSError,))
+
+
+@pytest.mark.parametrize(
+    ("policy", "retried", "not_retried"),
+    [
+        # Without retry_on: every Exception, not what is no Exception or wrong arguments.
+        (RetryPolicy(), [ValueError(), KeyError(), OSError(), RetryableError("x")],
+         [SystemExit(1), KeyboardInterrupt(), GeneratorExit(), InvalidArguments("x"),
+          ConfigError("TTL too short"), SerializationError("no JSON form")]),
+        # With retry_on: only its types, RetryableError and timeouts.
+        (RetryPolicy(retry_on=(ConnectionError,)),
+         [ConnectionResetError(), RetryableError("x"), TimeoutError()],
+         [ValueError(), OSError()]),
+        # dead_on: never those; the nearer class wins against retry_on.
+        (RetryPolicy(dead_on=(LookupError,)), [ValueError(), TimeoutError()], [KeyError()]),
+        (RetryPolicy(retry_on=(OSError,), dead_on=(PermissionError,)),
+         [OSError(), FileNotFoundError()], [PermissionError(), ValueError()]),
+        (RetryPolicy(retry_on=(ConnectionError,), dead_on=(Exception,)),
+         [ConnectionError(), RetryableError("x"), TimeoutError()], [ValueError(), OSError()]),
+    ],
+)  # fmt: skip
+def test_which_failures_are_retried(
+    policy: RetryPolicy, retried: list[BaseException], not_retried: list[BaseException]
+) -> None:
+    assert [policy.retried(e) for e in retried] == [True] * len(retried)
+    assert [policy.retried(e) for e in not_retried] == [False] * len(not_retried)
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0])

@@ -33,7 +33,7 @@ def test_the_keywords_typed_dict_mirrors_the_settings_fields() -> None:
     assert typing.get_type_hints(TaskKeywords) == {name: hints[name] for name in options}
     assert TaskKeywords.__required_keys__ == frozenset()
     assert frozenset(options) == OPTIONS
-    assert len(OPTIONS) == 17
+    assert len(OPTIONS) == 18
 
 
 def test_every_option_is_documented() -> None:
@@ -58,7 +58,11 @@ def test_defaults() -> None:
     settings = TaskSettings()
     assert (settings.priority, settings.queue, settings.name) == (None, "default", None)
     assert settings.retry.retries == 3 and settings.retry.backoff == Backoff(base=1.0)
-    assert (settings.retry.retry_on, settings.retry.timeout) == ((), None)
+    assert (settings.retry.retry_on, settings.retry.dead_on, settings.retry.timeout) == (
+        (),
+        (),
+        None,
+    )
     assert (settings.idempotent, settings.idempotency_ttl_seconds) == (False, DEFAULT_TTL)
     assert (settings.expires_seconds, settings.rate, settings.keep_result_ms) == (None, None, 0)
 
@@ -71,9 +75,11 @@ def test_durations_are_normalised_once() -> None:
         expires=timedelta(minutes=5),
         keep_result=timedelta(milliseconds=1500),
         retry_on=[ValueError],  # type: ignore[arg-type]
+        dead_on=[KeyError],  # type: ignore[arg-type]
     )
     assert settings.retry.timeout == 2.0 and settings.retry.backoff == Backoff(base=3.0)
     assert settings.retry.retry_on == (ValueError,)
+    assert settings.retry.dead_on == (KeyError,)
     assert settings.idempotency_ttl_seconds == 3600.0
     assert settings.expires_seconds == 300.0
     assert settings.keep_result_ms == 1500
@@ -138,6 +144,7 @@ def test_task_attributes_come_from_the_settings(app: App) -> None:
         backoff=2,
         timeout=timedelta(seconds=9),
         retry_on=(KeyError,),
+        dead_on=(LookupError,),
         idempotent=True,
         idempotency_ttl=60,
         expires=30,
@@ -148,7 +155,7 @@ def test_task_attributes_come_from_the_settings(app: App) -> None:
 
     assert (send.name, send.queue, send.priority) == ("mail.send", "mail", "low")
     assert (send.retry.retries, send.retry.backoff, send.retry.timeout) == (1, Backoff(base=2), 9)
-    assert send.retry.retry_on == (KeyError,)
+    assert (send.retry.retry_on, send.retry.dead_on) == ((KeyError,), (LookupError,))
     assert (send.idempotent, send.idempotency_ttl, send.expires) == (True, 60.0, 30.0)
     assert (send.rate_limit, send.keep_result_ms) == (Rate(10, 1), 1500)
     assert send.settings.name == "mail.send" and send.settings.priority == "low"

@@ -166,10 +166,7 @@ def decide(
     if isinstance(error, ClaimBusy):
         outcome = wait(job, error.delay or 0.0, str(error), markers_expire)
         return _unless_markers_expire(outcome, now, markers_expire, error)
-    retryable = isinstance(error, RetryableError | TimeoutError) or (
-        bool(policy.retry_on) and isinstance(error, policy.retry_on)
-    )
-    if not retryable:
+    if not policy.retried(error):
         return dead("failed", error)
     if job.attempt > policy.retries:
         return dead("retries exhausted", error)

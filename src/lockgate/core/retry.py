@@ -15,7 +15,14 @@ from functools import cached_property
 from typing import cast
 
 from lockgate.core.config import seconds
-from lockgate.errors import ConfigError
+from lockgate.errors import ConfigError, InvalidArguments, RetryableError, SerializationError
+
+# Failures retried whatever retry_on and dead_on say (while attempts are left).
+ALWAYS_RETRIED = (RetryableError, TimeoutError)
+# lockgate's errors that say the code is wrong, not the moment: arguments that do not fit,
+# a declaration or option refused at first use, a value with no JSON form. No retry
+# mends them, whatever retry_on and dead_on say.
+NEVER_RETRIED = (InvalidArguments, ConfigError, SerializationError)
 
 # How long a done marker blocks duplicates unless told otherwise: a day.
 DEFAULT_TTL = 86_400.0
@@ -58,13 +65,22 @@ class RetryPolicy:
     Attributes:
         retries: how many times a failed job is retried (attempts = retries + 1).
         backoff: delay between attempts.
-        retry_on: exception types that are retried like ``RetryableError``.
+        retry_on: when given, the only exception types retried (besides
+            ``RetryableError`` and timeouts); empty: every ``Exception`` is.
+        dead_on: exception types never retried (dead-lettered at once).
         timeout: seconds a run may take; a run over it is a retryable failure.
+
+    Raises:
+        ConfigError: ``retries`` is not a whole number >= 0, ``retry_on`` or ``dead_on``
+            holds what is not an exception type, ``dead_on`` names ``RetryableError`` or
+            ``TimeoutError`` (or a subclass: those are always retried), a type is in both,
+            or ``timeout`` is not positive.
     """
 
     retries: int = 3
     backoff: Backoff = Backoff()
     retry_on: tuple[type[BaseException], ...] = ()
+    dead_on: tuple[type[BaseException], ...] = ()
     timeout: float | None = None
 
     def __post_init__(self) -> None:
@@ -72,11 +88,49 @@ class RetryPolicy:
             raise ConfigError(f"retries must be a whole number, got {self.retries!r}")
         if self.retries < 0:
             raise ConfigError(f"retries must be >= 0, got {self.retries}")
-        for kind in self.retry_on:
-            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-                raise ConfigError(f"retry_on takes exception types, got {kind!r}")
+        for option in ("retry_on", "dead_on"):
+            for kind in getattr(self, option):
+                if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                    raise ConfigError(f"{option} takes exception types, got {kind!r}")
+        for kind in self.dead_on:
+            if issubclass(kind, ALWAYS_RETRIED):
+                raise ConfigError(
+                    f"dead_on names {kind.__name__}, which is always retried (RetryableError "
+                    "and timeouts are); raise another type to dead-letter at once"
+                )
+            if kind in self.retry_on:
+                raise ConfigError(f"{kind.__name__} is in both retry_on and dead_on")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"timeout must be positive, got {self.timeout}")
+
+    def retried(self, error: BaseException) -> bool:
+        """Whether a run that raised ``error`` is retried (while attempts are left). Pure.
+
+        ``RetryableError`` and ``TimeoutError`` always are; what is no ``Exception``
+        (``SystemExit``, ``KeyboardInterrupt``, a cancellation) and lockgate's errors
+        that say the code is wrong (:data:`NEVER_RETRIED`: arguments that do not fit, a
+        ``ConfigError``, a ``SerializationError``) never are. Otherwise the nearest of the
+        error's classes named in ``retry_on`` or ``dead_on`` decides, so the more specific
+        entry wins (``retry_on=(ConnectionError,), dead_on=(Exception,)`` retries a
+        ``ConnectionResetError`` and nothing else); a type named in neither is retried
+        unless ``retry_on`` is given.
+
+        Args:
+            error: what the run raised (not lockgate's own control flow, which
+                :func:`~lockgate.core.outcome.decide` handles before).
+        """
+        if not isinstance(error, Exception) or isinstance(error, NEVER_RETRIED):
+            return False
+        if isinstance(error, ALWAYS_RETRIED):
+            return True
+        if not self.retry_on and not self.dead_on:
+            return True
+        for kind in type(error).__mro__:  # nearest first
+            if kind in self.dead_on:
+                return False
+            if kind in self.retry_on:
+                return True
+        return not self.retry_on  # named in neither
 
     @cached_property
     def window(self) -> float:

@@ -38,6 +38,7 @@ class TaskKeywords(TypedDict, total=False):
     backoff: float | timedelta | Backoff
     timeout: float | timedelta | None
     retry_on: tuple[type[BaseException], ...]
+    dead_on: tuple[type[BaseException], ...]
     idempotent: bool
     idempotency_ttl: float | timedelta
     expires: float | timedelta | None
@@ -75,15 +76,22 @@ class TaskSettings:
     (``billing.charge_card``); defaults to the function's name, each other character
     made ``_``."""
     retries: int = 3
-    """How often a job that raised ``RetryableError`` (or a ``retry_on`` type, or ran
-    over ``timeout``) is retried before it is dead-lettered."""
+    """How often a failed job is retried before it is dead-lettered. ``RetryableError``
+    and runs over ``timeout`` always retry; any other ``Exception`` does too, unless
+    ``retry_on`` is given (then only its types) or its type is in ``dead_on``."""
     backoff: float | timedelta | Backoff = 1.0
     """A [Backoff][lockgate.Backoff], or the first retry's delay ceiling in seconds
     (doubling per attempt, capped at 5 minutes, full jitter)."""
     timeout: float | timedelta | None = None
     """Longest run; async runs are cancelled, sync ones abandoned."""
     retry_on: tuple[type[BaseException], ...] = ()
-    """Exception types retried like ``RetryableError``."""
+    """When given, the only exception types retried (besides ``RetryableError`` and
+    timeouts); empty: every ``Exception`` is retried."""
+    dead_on: tuple[type[BaseException], ...] = ()
+    """Exception types never retried: the job is dead-lettered at once. Where an error is
+    an instance of types in both ``retry_on`` and ``dead_on``, the nearer base class wins
+    (``retry_on=(ConnectionError,), dead_on=(Exception,)`` retries connection errors
+    only). ``dead_on=(Exception,)`` is 0.3's rule."""
     idempotent: bool = False
     """Claim the job id before running, so a job that already succeeded (a redelivery, a
     replay) is acknowledged without running again."""
@@ -126,7 +134,8 @@ class TaskSettings:
     """With ``debounce``: a debounced job starts at most this long after the first
     enqueue it merged, however often it is pushed back. None: no bound."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
-    """The retry policy of ``retries``, ``backoff``, ``retry_on`` and ``timeout``."""
+    """The retry policy of ``retries``, ``backoff``, ``retry_on``, ``dead_on`` and
+    ``timeout``."""
     rate: Rate | None = field(init=False, repr=False, compare=False)
     """``rate_limit``, parsed (None until the task's name is known)."""
     key_rate: Rate | None = field(init=False, repr=False, compare=False)
@@ -138,6 +147,7 @@ class TaskSettings:
             retries=self.retries,
             backoff=backoff if isinstance(backoff, Backoff) else Backoff(base=backoff),
             retry_on=tuple(self.retry_on),
+            dead_on=tuple(self.dead_on),
             timeout=_seconds_or_none(self.timeout, "timeout"),
         )
         object.__setattr__(self, "retry", retry)

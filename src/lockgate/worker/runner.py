@@ -56,6 +56,7 @@ from lockgate.errors import (
     AlreadyProcessed,
     BrokerError,
     ClaimBusy,
+    ConfigError,
     InvalidArguments,
     SerializationError,
 )
@@ -396,7 +397,7 @@ class JobRunner:
             close = getattr(returned, "close", None)
             if close is not None:
                 close()  # a coroutine never awaited would warn later, far from here
-            raise TypeError(
+            raise ConfigError(  # a declaration no retry mends: never retried
                 f"task {task.name!r} is a plain function that returned an awaitable; "
                 "declare it with 'async def' so the worker awaits it"
             )
