@@ -278,7 +278,7 @@ class Task(Generic[P, R]):
                 zone, a start past the task's ``expires``, or no ``job_id`` for a
                 debounced task.
         """
-        return self.build(args, kwargs, EnqueueOptions(job_id, priority, delay, eta))
+        return self.build(args, kwargs, job_id, priority, delay, eta)
 
     def using(
         self,
@@ -335,11 +335,20 @@ class Task(Generic[P, R]):
             )
 
     def build(
-        self, args: Sequence[Any], kwargs: dict[str, Any], options: EnqueueOptions
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        job_id: str | None = None,
+        priority: str | None = None,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
     ) -> Message:
         """The job ``message`` and ``using(...).message`` build: the task's arguments
-        with ``options`` (see [message][lockgate.Task.message] for what it raises)."""
-        if options.job_id is None and self.debounce is not None:
+        with the options of [using][lockgate.Task.using], as separate arguments (no
+        tuple to make on the enqueue path); see [message][lockgate.Task.message] for what
+        it raises."""
+        if job_id is None and self.debounce is not None:
             raise ConfigError(
                 f"task {self.name!r} is debounced: an enqueue needs the job_id that later "
                 "enqueues of the same job will repeat"
@@ -350,28 +359,27 @@ class Task(Generic[P, R]):
             if hints := celery_hints(kwargs, self.signature):
                 raise InvalidArguments(f"{e} ({'; '.join(hints)})") from None
             raise
-        level = options.priority or self.priority
+        level = priority or self.priority
         self.app.levels.index(level)
-        if options.queue is not None:
-            self._check_queue(options.queue)
+        if queue is not None:
+            self._check_queue(queue)
         job = Job(
-            id=codec.check_job_id(options.job_id) if options.job_id is not None
-            else os.urandom(16).hex(),
+            id=codec.check_job_id(job_id) if job_id is not None else os.urandom(16).hex(),
             task=self.name,
-            queue=options.queue or self.queue,
+            queue=queue or self.queue,
             level=level,
             args=list(args),
             kwargs=kwargs,
             enqueued=time.time(),
             key=self.key_of(args, kwargs) if self.key_of is not None else None,
-        )  # fmt: skip
-        wait = start_delay(options.delay, options.eta, job.enqueued)
+        )
+        wait = start_delay(delay, eta, job.enqueued)
         if self.expires is not None and wait >= self.expires:
             raise ConfigError(
                 f"task {self.name!r} expires {self.expires:g} s after enqueue, but this job "
                 f"would start {wait:g} s after it: it would be dropped unrun"
             )
-        return Message(job, wait, named=options.job_id is not None)
+        return Message(job, wait, named=job_id is not None)
 
     @_arguments_of(message)
     def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:

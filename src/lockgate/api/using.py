@@ -11,6 +11,7 @@ passes all three to the task. It is also the per-call ``queue=`` (Celery's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from lockgate.core.message import Message
@@ -26,7 +27,14 @@ class Sends(Protocol[E_co]):
     one body of each operation, there."""
 
     def build(
-        self, args: Sequence[Any], kwargs: dict[str, Any], options: EnqueueOptions
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        job_id: str | None = ...,
+        priority: str | None = ...,
+        delay: float | timedelta | None = ...,
+        eta: datetime | None = ...,
+        queue: str | None = ...,
     ) -> Message: ...
 
     def send(self, message: Message) -> E_co: ...
@@ -65,7 +73,7 @@ class ConfiguredTask(Generic[P, E]):
             SerializationError: an argument would not arrive as it is.
             ConfigError: see [Task.message][lockgate.Task.message].
         """
-        return self._task.build(args, kwargs, self.options)
+        return self._task.build(args, kwargs, *self.options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> E:
         """Queue a run of the task (see [Task.enqueue][lockgate.Task.enqueue]).

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from lockgate.core.config import seconds
 from lockgate.errors import ConfigError
@@ -45,9 +45,9 @@ CELERY_METHODS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """How one job is enqueued (see [Task.using][lockgate.Task.using]).
+class EnqueueOptions(NamedTuple):
+    """How one job is enqueued (see [Task.using][lockgate.Task.using]); a tuple, cheap
+    to make on every enqueue.
 
     Attributes:
         job_id: its id; None: a random one.
