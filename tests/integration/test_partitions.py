@@ -12,10 +12,18 @@ from typing import Any
 import pytest
 
 from conftest import finish, running, wait_until, worker_for
-from lockgate import AlreadyProcessed, App, ConfigError, RetryableError, Worker, WorkerConfig
+from lockgate import (
+    AlreadyProcessed,
+    App,
+    CancelOutcome,
+    ConfigError,
+    RetryableError,
+    Worker,
+    WorkerConfig,
+)
 from lockgate.backend import partitioned
 from lockgate.backend.connections import AsyncClient, async_client
-from lockgate.backend.partitions import partition_of
+from lockgate.backend.partitions import home_of, partition_of
 from lockgate.integrations.embedded import EmbeddedServer
 from lockgate.ops import deadletter, queues
 from lockgate.ops.delayed import delayed_jobs
@@ -396,3 +404,24 @@ async def test_an_empty_read_never_rests_on_an_old_count(
     finally:
         for consumer in consumers:
             await consumer.close()
+
+
+async def test_cancel_tells_an_ended_keyed_job_from_an_unknown_one_in_any_partition(
+    make_app: Callable[..., App],
+) -> None:
+    """A keyed job lives in its key's partition, not its id's: once it ended (no marker
+    left), the cancel finds nothing there, and the status read after it looks in every
+    partition, so the outcome is ENDED, not UNKNOWN."""
+    app = make_app(partitions=PARTITIONS)
+
+    @app.task(key_by="tenant")
+    async def sync(tenant: str, n: int) -> None: ...
+
+    moved = 0
+    for n in range(16):
+        r = sync.enqueue(f"t{n}", n, job_id=f"sync-{n}")
+        moved += home_of(r.job_id, f"t{n}", PARTITIONS) != partition_of(r.job_id, PARTITIONS)
+    assert moved  # some live in another partition than their id's
+    await asyncio.wait_for(worker_for(app).run(burst=True), 30)
+    assert {app.cancel(f"sync-{n}") for n in range(16)} == {CancelOutcome.ENDED}
+    assert app.cancel("sync-99") is CancelOutcome.UNKNOWN

@@ -127,6 +127,29 @@ def test_using_enqueue_on_commit_takes_the_task_arguments(
     assert app.job("c-1").status == "waiting"
 
 
+async def test_using_enqueue_on_commit_async_takes_the_task_arguments(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+
+    @app.task
+    def notify(user: str, delay: int) -> None: ...
+
+    with psycopg.connect(DSN) as conn:
+        conn.execute("SELECT 1")  # in a transaction now
+        job_id = await notify.using(job_id="c-2").enqueue_on_commit_async(conn, "u", delay=9)
+        conn.rollback()  # a rollback leaves no job
+    assert drain_commits(30)
+    assert job_id == "c-2" and app.job("c-2").status == "unknown"
+    with psycopg.connect(DSN) as conn:
+        conn.execute("SELECT 1")
+        await notify.using(job_id="c-3").enqueue_on_commit_async(conn, "u", delay=9)
+        conn.commit()
+    assert drain_commits(30)
+    info = app.job("c-3")
+    assert (info.status, info.task) == ("waiting", "notify")  # not delayed
+
+
 def test_a_task_with_option_named_parameters_logs_one_warning_naming_using(
     make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
 ) -> None:
