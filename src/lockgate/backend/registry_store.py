@@ -125,6 +125,11 @@ class RegistryStore:
         client, _ = await self._store.async_connection()
 
         async def do(command: Read) -> Any:
+            if command[0] == "gets":
+                async with client.pipeline(transaction=False) as pipe:
+                    for key in command[1]:
+                        pipe.get(key)
+                    return await pipe.execute()
             return await getattr(client, command[0])(*command[1:])
 
         with translated(self._store.url):
@@ -137,20 +142,29 @@ class RegistryStore:
             BrokerError: Redis refused a command or could not be reached.
         """
         client, _ = self._store.sync_connection()
+
+        def do(command: Read) -> Any:
+            if command[0] == "gets":
+                with client.pipeline(transaction=False) as pipe:
+                    for key in command[1]:
+                        pipe.get(key)
+                    return pipe.execute()
+            return getattr(client, command[0])(*command[1:])
+
         with translated(self._store.url):
-            return drive(
-                self._live_steps(), lambda command: getattr(client, command[0])(*command[1:])
-            )
+            return drive(self._live_steps(), do)
 
     def _live_steps(self) -> Generator[Read, Any, list[WorkerInfo]]:
         """:meth:`live_workers`, sans I/O: it yields the commands to send (see
-        :mod:`lockgate.core.sansio`). The entries share the namespace's hash tag: one MGET."""
+        :mod:`lockgate.core.sansio`): "gets" is a pipeline of GETs, one round trip (the
+        entries share the namespace's hash tag), and GET, unlike MGET, is on the ACL
+        list of the operations page."""
         keys = self._store.keys
         replied = yield ("zrange", keys.workers(), 0, -1)
         names = [text(name) for name in replied if isinstance(name, bytes | str)]
         if not names:
             return []
-        values = yield ("mget", [keys.worker(name) for name in names])
+        values = yield ("gets", [keys.worker(name) for name in names])
         found = [decode(value) for value in values if value is not None]
         return [info for info in found if info is not None]
 
