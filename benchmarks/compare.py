@@ -23,7 +23,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from benchmarks import servers
 
