@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import attrs
 import msgspec
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 DAY = date(2024, 2, 29)
 
@@ -25,6 +25,19 @@ class Order(BaseModel):
     placed: date
     lines: list[Line] = []
     note: str | None = None
+
+
+class Signup(BaseModel):
+    """A FastAPI-style model: camelCase aliases, no extra inputs, a computed field."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+    user_id: int = Field(alias="userId")
+    display_name: str = Field(alias="displayName")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def greeting(self) -> str:
+        return f"Hello {self.display_name}"
 
 
 class Receipt(BaseModel):

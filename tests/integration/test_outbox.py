@@ -8,6 +8,7 @@ other's rows; relays wait for rows with ``wait_until``, never with sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ import redis
 from click.testing import CliRunner
 from psycopg import sql
 
+import conftest
 from conftest import WAIT_TIMEOUT, running, wait_until, worker_for
 from lockgate import App, ConfigError, DatabaseError, Task
 from lockgate.cli.main import main
@@ -234,16 +236,7 @@ async def test_a_relay_whose_delete_rolled_back_makes_no_second_job(
     transaction rolled back: the rows stay. The jobs even ran and ended before the next
     pass (their ids are free again): only the once-only keys stop a second job."""
     app, charge, ran = charges
-    table = sql.Identifier(outbox.table)
-    function = sql.Identifier(f"{outbox.table}_refuse")
-    execute(sql.SQL(
-        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'delete refused'; END $$"
-    ).format(function))  # fmt: skip
-    execute(sql.SQL("CREATE TRIGGER refuse BEFORE DELETE ON {} EXECUTE FUNCTION {}()").format(
-        table, function
-    ))  # fmt: skip
-    try:
+    with deletes_refused(outbox) as allow_deletes:
         with psycopg.connect(DSN) as conn:
             for n in range(5):
                 charge.enqueue_on_commit(conn, f"order-{n}")
@@ -258,16 +251,68 @@ async def test_a_relay_whose_delete_rolled_back_makes_no_second_job(
         async with running(worker_for(app)):
             await wait_until(lambda: len(ran) == 5, message="the first jobs ran")
         app.outbox = outbox
-        execute(sql.SQL("DROP TRIGGER refuse ON {}").format(table))
+        allow_deletes()
         assert relay.relayed == 5
         assert await relay.relay_once() == 5  # the same rows, taken again...
         await relay._close()
         assert relay.relayed == 5  # ...and no job made
         assert rows(outbox, app.namespace) == 0
         assert stored(rclient, app) == 0
+    assert sorted(ran) == [f"order-{n}" for n in range(5)]
+
+
+@contextlib.contextmanager
+def deletes_refused(outbox: Outbox) -> Iterator[Callable[[], None]]:
+    """PostgreSQL refuses every DELETE from the outbox (a trigger) until the function
+    yielded is called: a relay's DELETE fails after its enqueue, and its rows stay."""
+    table = sql.Identifier(outbox.table)
+    function = sql.Identifier(f"{outbox.table}_refuse")
+    execute(sql.SQL(
+        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'delete refused'; END $$"
+    ).format(function))  # fmt: skip
+    execute(sql.SQL("CREATE TRIGGER refuse BEFORE DELETE ON {} EXECUTE FUNCTION {}()").format(
+        table, function
+    ))  # fmt: skip
+    try:
+        yield lambda: execute(sql.SQL("DROP TRIGGER refuse ON {}").format(table))
     finally:
         execute(sql.SQL("DROP FUNCTION IF EXISTS {}() CASCADE").format(function))
-    assert sorted(ran) == [f"order-{n}" for n in range(5)]
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_a_debounced_job_relayed_again_runs_once(
+    make_app: Callable[..., App], outbox: Outbox, backend: str
+) -> None:
+    """A debounced task's enqueue goes its own way in the enqueue scripts: a row relayed
+    again (its DELETE rolled back after the enqueue) still meets its once-only key, so
+    neither a job still waiting nor one that ended gets a second run."""
+    app = make_app(outbox=outbox, backend=backend)
+    ran: list[str] = []
+
+    @app.task(debounce=0.05)
+    async def reindex(shop: str) -> None:
+        ran.append(shop)
+
+    with deletes_refused(outbox) as allow_deletes:
+        with psycopg.connect(DSN) as conn:
+            reindex.using(job_id="reindex-s1").enqueue_on_commit(conn, "s1")
+            conn.commit()
+        relay = Relay(app, outbox)
+        with pytest.raises(psycopg.Error, match="delete refused"):
+            await relay.relay_once()
+        await relay._close()
+        app.outbox = None
+        async with running(worker_for(app)):
+            await wait_until(lambda: ran == ["s1"], message="the first run")
+        app.outbox = outbox
+        allow_deletes()
+        assert await relay.relay_once() == 1  # the row, taken again...
+        await relay._close()
+    assert rows(outbox, app.namespace) == 0
+    app.outbox = None
+    await conftest.drain(app)  # a burst worker: whatever is queued runs
+    assert ran == ["s1"]  # ...and no second run
 
 
 async def test_the_relay_waits_out_a_redis_outage_and_logs_it_once(

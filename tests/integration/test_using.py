@@ -164,7 +164,7 @@ def test_a_task_with_option_named_parameters_logs_one_warning_naming_using(
 
     messages = [r.getMessage() for r in caplog.records if r.name == "lockgate.api.task"]
     assert len(messages) == 1
-    assert "(priority, delay, queue)" in messages[0]
+    assert "(priority, delay)" in messages[0]  # queue= goes to the task on a plain enqueue
     assert "notify.using(...).enqueue(...)" in messages[0]
 
 

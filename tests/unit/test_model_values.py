@@ -21,7 +21,18 @@ from lockgate import App, InvalidArguments, SerializationError
 from lockgate.core.codec import encode
 from lockgate.core.records import decode_as
 from lockgate.core.status import encode_result
-from record_types import DAY, ORDER, Crate, Holder, Line, Opaque, Order, Pallet, Parcel
+from record_types import (
+    DAY,
+    ORDER,
+    Crate,
+    Holder,
+    Line,
+    Opaque,
+    Order,
+    Pallet,
+    Parcel,
+    Signup,
+)
 
 
 def test_a_pydantic_model_arrives_as_its_model(app: App) -> None:
@@ -39,6 +50,22 @@ def test_a_pydantic_model_arrives_as_its_model(app: App) -> None:
         {"id": 7, "placed": "2024-02-29", "lines": [{"sku": "A-1", "price": "19.90"}],
          "note": None}
     ]  # fmt: skip
+
+
+def test_a_model_with_aliases_and_a_computed_field_round_trips(app: App) -> None:
+    """A FastAPI-style model (camelCase aliases, extra inputs forbidden, a computed field)
+    goes out by alias and without what model_validate would refuse, as argument and
+    as result."""
+    signup = Signup(userId=7, displayName="Ann")
+
+    @app.task
+    def welcome(s: Signup) -> None: ...
+
+    (received,), _ = delivered(welcome, signup)
+    assert type(received) is Signup
+    assert received == signup
+    back = decode_as(encode_result(signup), Signup)
+    assert back == signup and type(back) is Signup
 
 
 def test_nested_and_optional_models_arrive_as_their_types(app: App) -> None:

@@ -14,9 +14,10 @@ from typing import NamedTuple
 from lockgate.core.config import seconds
 from lockgate.errors import ConfigError
 
-# The keywords enqueue takes for itself (``queue`` only through ``using``): a task
-# parameter of one of these names cannot be passed to a plain ``enqueue``.
-OPTION_NAMES = ("job_id", "priority", "delay", "eta", "queue")
+# The keywords a plain enqueue takes for itself: a task parameter of one of these names
+# cannot be passed to it. (``queue`` is an option of ``using`` only: a plain enqueue
+# passes ``queue=`` to the task.)
+OPTION_NAMES = ("job_id", "priority", "delay", "eta")
 
 # Keywords of Celery's ``apply_async`` (and its ``delay``'s habits), with what lockgate
 # calls them: the hint an enqueue that got one it cannot bind gives.

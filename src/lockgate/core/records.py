@@ -36,7 +36,9 @@ def enc_hook(value: Any) -> Any:
     """
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
-        return value.model_dump(mode="json")
+        # by alias and with what round-trips: model_validate reads aliases (a camelCase
+        # API model), and computed fields would be extra inputs it may forbid
+        return value.model_dump(mode="json", by_alias=True, round_trip=True)
     raise NotImplementedError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
 

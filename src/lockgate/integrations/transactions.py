@@ -63,6 +63,7 @@ from lockgate.backend.faults import classify
 from lockgate.core.logs import get_logger
 from lockgate.core.message import Message
 from lockgate.errors import BrokerError, ConfigError, DatabaseError, LockgateError, MissingExtra
+from lockgate.integrations.atomic import sending_on_commit
 
 logger = get_logger(__name__)
 
@@ -191,7 +192,7 @@ def _on_django_commit(app: Sender, conn: DjangoConnection, message: Message) -> 
     if not conn.in_atomic_block:
         # Django runs it at once (autocommit) or refuses (manual transactions): a failed
         # send raises into the caller, as enqueue() does.
-        transaction.on_commit(lambda: app.enqueue_many([message]), using=conn.alias)
+        transaction.on_commit(lambda: _send_now(app, message), using=conn.alias)
         return
 
     def after_commit() -> None:  # never raises: the commit has happened (no robust= needed)
@@ -262,6 +263,12 @@ class _Send:
         return f"job {self.message.job.id} of task {self.message.job.task}"
 
 
+def _send_now(app: Sender, message: Message) -> None:
+    """Django's on_commit in autocommit mode: the send at once, raising into the caller."""
+    with sending_on_commit():
+        app.enqueue_many([message])
+
+
 def _send(sends: list[_Send]) -> LockgateError | None:
     """Send jobs of one App whose transaction committed; log what fails.
 
@@ -269,7 +276,10 @@ def _send(sends: list[_Send]) -> LockgateError | None:
         The error when a retry may help (a transient Redis fault), else None.
     """
     try:
-        sends[0].app.enqueue_many([send.message for send in sends])
+        # Run by Django's on_commit, maybe while an outer atomic block is still open (a
+        # TestCase's captureOnCommitCallbacks): not a send inside a transaction.
+        with sending_on_commit():
+            sends[0].app.enqueue_many([send.message for send in sends])
     except LockgateError as e:
         if isinstance(e, BrokerError) and classify(e) != "fatal":
             return e

@@ -35,7 +35,11 @@ for i = 7, #KEYS, 2 do
   local delay = tonumber(ARGV[j + 4])
   local placed = redis.call('GET', KEYS[i])
   local free = not placed
-  if not delay and not (placed and redis.call('HGET', KEYS[2], job_id) == payload) then
+  local debounced = not delay
+    and not (placed and redis.call('HGET', KEYS[2], job_id) == payload)
+  if debounced and not take_once(KEYS[i + 1], ARGV[j + 5]) then
+    out[#out + 1] = 0  -- a debounced job relayed again from an outbox row: no second run
+  elseif debounced then
     out[#out + 1] = debounce_enqueue_sorted(KEYS[i], q, job_id, boost, payload, ARGV[j + 4],
       placed, now)
     added_here[job_id] = true

@@ -65,6 +65,8 @@ for i = 1, #ARGV / 3 do
   if stored ~= 0 then  -- this call's own job, retried: answer as the first time
     out[i] = stored
     added_here[marker] = true
+  elseif not delay and not take_once(KEYS[4 * i], ARGV[3 * i]) then
+    out[i] = 0  -- a debounced job relayed again from an outbox row: no second run
   elseif not delay then  -- a debounced job (a later one of the id in this call merges)
     now = now or now_ms()
     out[i] = debounce_enqueue(marker, stream, delayed, job, ARGV[3 * i - 1], placed, now)
