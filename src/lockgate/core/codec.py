@@ -60,6 +60,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             when it put it back: it asks only the task's own limiter then.
         key: its fairness key (``@app.task(key_by=...)``); None: it has none.
         flow: the id of the flow it belongs to (``App.enqueue_flow``); None: none.
+        trace: the trace context of the span that enqueued it (the W3C ``traceparent``
+            and ``tracestate`` carrier, ``lockgate.otel``); None: not traced (omitted
+            from the entry).
         secret: its task is declared ``secret_args=True``: displays show its arguments
             and result masked (:mod:`lockgate.core.masking`); omitted from the entry when
             False.
@@ -80,6 +83,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key_reserved: bool = False
     key: str | None = None
     flow: str | None = None
+    trace: dict[str, str] | None = None
     secret: bool = False
 
     @property
