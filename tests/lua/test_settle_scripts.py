@@ -133,7 +133,7 @@ class StreamJob:
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
             keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", "", "",
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -447,7 +447,7 @@ class SortedJob:
         args: list[Any] = [
             "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
             int(strings), next_job, delay_ms, boost_us, max_len, 0,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", "", "",
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -902,7 +902,7 @@ def test_a_settle_many_call_reads_the_server_clock_once_for_all_its_endings(
     shared = [GROUP, "c1", keys.prefix, keys.done_bucket_prefix, 60_000]
     values: list[Any] = []
     for n, entry in enumerate(ids):
-        values += [entry, f"j{n}", b"rec", status_shard(f"j{n}"), "", "", "keep", 0]
+        values += [entry, f"j{n}", b"rec", status_shard(f"j{n}"), "", "", "keep", 0, b"", ""]
     call = ScriptCall(
         "settle_many", [stream, keys.delayed("q", "low"), keys.dead(), keys.wake()],
         ["stream_done", *shared, *values],

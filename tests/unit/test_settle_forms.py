@@ -34,12 +34,12 @@ def test_a_done_ending_with_a_claim_and_one_without_are_compact() -> None:
     assert claimed is not None and len(claimed) == COMPACT_VALUES
     shard = status_shard("j1")
     assert claimed == ["1-1", "j1", b"{}", shard, Keys.job_claim_name("charge", "j1"), "tok",
-                       "done", 2500]  # fmt: skip
+                       "done", 2500, b"", ""]  # fmt: skip
     plain = compact_ending(settlement(claim_key=None, claim_token=""), KEYS)
-    assert plain == ["1-1", "j1", b"{}", shard, "", "", "keep", 0]
+    assert plain == ["1-1", "j1", b"{}", shard, "", "", "keep", 0, b"", ""]
     # No final record kept (App(status_ttl=None)): no shard to compute.
     unkept = compact_ending(settlement(claim_key=None, claim_token="", final=b""), KEYS)
-    assert unkept == ["1-1", "j1", b"", "", "", "", "keep", 0]
+    assert unkept == ["1-1", "j1", b"", "", "", "", "keep", 0, b"", ""]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from lockgate.backend.addresses import masked
 from lockgate.backend.connections import AsyncClient
 from lockgate.backend.keys import Keys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
-from lockgate.core import codec
+from lockgate.core import codec, history
 from lockgate.core.codec import Job
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import Outcome
@@ -188,6 +188,9 @@ class Settlement:
             cancelled, then its position in the flow.
         flow_result: done: its return value's JSON, kept for the jobs that wait for it;
             dead: its result record (its error).
+        history_task: the task's name in the history of recent ends.
+        history_entry: the ending's history entry (``b""``: none, see
+            :mod:`lockgate.core.history`).
     """
 
     delivery: Delivery
@@ -211,15 +214,28 @@ class Settlement:
     flow: str | None = None
     flow_step: str = ""
     flow_result: bytes = b""
+    history_task: str = ""
+    history_entry: bytes = b""
 
-    def claim_keys(self) -> list[str]:
-        """The claim's key and its older names, when there are ones, then a flow job's
-        flow record (the last KEYS)."""
-        flow = [self.flow] if self.flow is not None else []
+    def claim_keys(self, keys: Keys | None = None) -> list[str]:
+        """The claim's key and its older names, when there are ones, then, for an ending
+        with a history entry, its history list and the index (of ``keys``, the job's
+        partition), then a flow job's flow record (the last KEYS)."""
+        trailing = self.history_keys(keys) if keys is not None else []
+        if self.flow is not None:
+            trailing.append(self.flow)
         if self.claim_key is None:
-            return flow
+            return trailing
         older = (self.legacy_claim_key, self.older_claim_key)
-        return [self.claim_key, *(key for key in older if key is not None), *flow]
+        return [self.claim_key, *(key for key in older if key is not None), *trailing]
+
+    def history_keys(self, keys: Keys) -> list[str]:
+        """The history list of the ending's task and outcome and the index of the tasks
+        (none without a history entry; see ``lua/_history.lua``)."""
+        if not self.history_entry:
+            return []
+        code = history.KIND_CODES[self.outcome.kind]
+        return [keys.history(self.history_task, code), keys.history_tasks()]
 
     def claim_args(self) -> list[Arg]:
         """Claim token, action, done-marker TTL ms, older names' done marker, done-marker
@@ -235,8 +251,8 @@ class Settlement:
     def end_args(self) -> list[Arg]:
         """Trim limits, the final record and its TTL, the job id and its status shard, the
         result record and its TTL, the flags (``d`` debounced, ``s`` holds a slot, ``f``
-        and the flow step), a flow job's result, then the dead letter's field/value
-        pairs."""
+        and the flow step), a flow job's result, the history entry and its task, then the
+        dead letter's field/value pairs."""
         job_id = self.delivery.job_id
         args: list[Arg] = [
             *self.trim,
@@ -250,6 +266,8 @@ class Settlement:
             + ("s" if self.holds_slot else "")
             + (f"f{self.flow_step}" if self.flow is not None else ""),
             self.flow_result,
+            self.history_entry,
+            self.history_task,
         ]
         for name, value in self.record.items():
             args += [name, value]

@@ -316,6 +316,16 @@ class Keys:
         The job's id keeps rows of two databases with the same row id apart."""
         return f"{self.prefix}:relayed:{job_id}:{row}"
 
+    def history(self, task: str, code: str) -> str:
+        """A task's recent ends of one outcome (``code``: ``d`` done, ``r`` retried, ``x``
+        dead; see ``lockgate.core.history``): a list of short entries, newest first, capped
+        near 1,000 (see ``lua/_history.lua``; ``settle_many.lua`` builds the same name)."""
+        return f"{self.prefix}:ends:{code}:{task}"
+
+    def history_tasks(self) -> str:
+        """The names of the tasks that have a :meth:`history` list (a sorted set, score 0)."""
+        return f"{self.prefix}:ends"
+
     def result(self, job_id: str) -> str:
         """A job's result record, for a task declared with ``keep_result``."""
         return f"{self.prefix}:result:{job_id}"

@@ -25,8 +25,8 @@ SETTLE_BATCH = 200
 STREAM_DONE = "stream_done"
 SHARED_ARGS = 5
 # Entry id, job id, final record, its status shard, claim name, claim token, claim action,
-# claim TTL.
-COMPACT_VALUES = 8
+# claim TTL, history entry, its task.
+COMPACT_VALUES = 10
 
 
 def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
@@ -34,8 +34,9 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
     ending ``done`` with no retry, result record, dead letter, string marker or older claim
     names, whose job id names its keys, and whose claim (if any) is one of ``keys``'
     claim keys (:meth:`Keys.claim`). The script builds the job's keys
-    (``<prefix>:job:<id>``, ``:result:``, ``:statuses``) and the claim's
-    (``<prefix>:idem:<name>``) as Keys does. None for any
+    (``<prefix>:job:<id>``, ``:result:``, ``:statuses``), the claim's
+    (``<prefix>:idem:<name>``) and the history's (``<prefix>:ends:d:<task>``,
+    ``<prefix>:ends``) as Keys does. None for any
     other ending: it goes whole.
     """
     delivery, outcome = settlement.delivery, settlement.outcome
@@ -59,7 +60,10 @@ def compact_ending(settlement: Settlement, keys: Keys) -> list[Arg] | None:
         action, ttl = outcome.claim, max(1, round(settlement.claim_ttl * 1000))
     job_id, final = delivery.job_id, settlement.final
     shard = status_shard(job_id) if final else ""
-    return [delivery.ref, job_id, final, shard, claim, token, action, ttl]
+    return [
+        delivery.ref, job_id, final, shard, claim, token, action, ttl,
+        settlement.history_entry, settlement.history_task,
+    ]  # fmt: skip
 
 
 def compact(call: ScriptCall) -> bool:

@@ -385,7 +385,7 @@ class SortedConsumer:
             self._keys.dead(), q.wake, self._keys.job(delivery.ref),
             self._keys.result(delivery.ref), self._keys.statuses(),
         ]  # fmt: skip
-        keys += settlement.claim_keys()
+        keys += settlement.claim_keys(self._keys)
         following = outcome.next_job
         args: list[Arg] = [
             delivery.ref, delivery.owner, outcome.kind, *settlement.claim_args(),

@@ -253,7 +253,7 @@ class StreamConsumer:
             self._keys.delayed(queue, self._levels.names[level]), self._keys.dead(),
             self._keys.wake(), self._keys.result(delivery.job_id), self._keys.statuses(),
         ]  # fmt: skip
-        keys += settlement.claim_keys()
+        keys += settlement.claim_keys(self._keys)
         following = outcome.next_job
         args: list[Arg] = [
             GROUP, self._consumer, delivery.ref, outcome.kind, *settlement.claim_args(),

@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from lockgate.api.app import App
 from lockgate.backend import dead_store
@@ -22,7 +23,7 @@ from lockgate.backend.broker import Consumer, Delivery, Settlement, safe_call
 from lockgate.backend.faults import Fault, classify
 from lockgate.backend.lua import ScriptCall
 from lockgate.backend.settling import settle_sync
-from lockgate.core import flows, status
+from lockgate.core import flows, history, status
 from lockgate.core.codec import Job
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED, dead
@@ -70,10 +71,26 @@ def settlement(app: App, ending: Ending) -> Settlement:
         final=final, final_ttl_ms=app.status_ttl_ms, result=result, result_ttl_ms=result_ttl_ms,
         debounced=task is not None and task.debounce is not None,
         holds_slot=task is not None and bool(task.key_concurrency),
+        **_history(ending),
     )  # fmt: skip
     if job is not None and job.flow is not None and outcome.kind in ("done", "dead"):
         return _in_flow(app, settled, job, job.flow)
     return settled
+
+
+def _history(ending: Ending) -> dict[str, Any]:
+    """The history entry of an ending and its task's name there (none for an ending that
+    goes to no history; ``?`` for a job of a task this worker does not know, so a
+    malformed job cannot make keys of its own; see :mod:`lockgate.core.history`)."""
+    outcome, job = ending.outcome, ending.delivery.job
+    if history.end_outcome(outcome) is None:
+        return {}
+    name = job.task if job is not None and ending.task is not None else history.UNKNOWN_TASK
+    entry = history.pack_end(
+        ending.delivery.job_id, outcome, job.attempt if job is not None else 0,
+        ending.started, ending.finished or time.time(),
+    )  # fmt: skip
+    return {"history_task": name, "history_entry": entry}
 
 
 def _in_flow(app: App, settled: Settlement, job: Job, flow: str) -> Settlement:

@@ -8,7 +8,7 @@
 --   KEYS: each call's KEYS, one call after the other
 --   ARGV: [2..] per call: its KEYS count, its ARGV count, its ARGV
 -- 'stream_done': streams endings 'done' with no result record, dead letter, retry or
---   older claim names (nearly every ending), in 8 values each instead of 20 and 8 keys:
+--   older claim names (nearly every ending), in 10 values each instead of 24 and 10 keys:
 --   what they share goes once, and the job's own keys are built here from the
 --   namespace's key prefix and the job id, as Keys does (the keys of one job and of its
 --   stream share the hash tag, hence the slot; BullMQ's scripts build job keys from a
@@ -17,7 +17,9 @@
 --   ARGV: [2] group, [3] consumer, [4] key prefix ('lockgate:{tag}'), [5] done-marker
 --         buckets' prefix, [6] final record TTL ms, then per ending: entry id, job id,
 --         final record ('' none), status shard, claim name ('' none: the part after
---         '<prefix>:idem:'), claim token, claim action, claim done-marker TTL ms
+--         '<prefix>:idem:'), claim token, claim action, claim done-marker TTL ms, history
+--         entry ('' none), its task's name (the history keys, '<prefix>:ends:d:<task>'
+--         and '<prefix>:ends', built here as Keys.history and Keys.history_tasks do)
 -- Returns: per call, its script's reply; {-1, message} for a call that raised (the
 --          others still apply, as in a pipeline)
 local replies = {}
@@ -33,8 +35,8 @@ end
 if ARGV[1] == 'stream_done' then
   local prefix, done_prefix, final_ttl = ARGV[4], ARGV[5], ARGV[6]
   local statuses = prefix .. ':statuses'
-  for a = 7, #ARGV, 8 do
-    local id, claim = ARGV[a + 1], ARGV[a + 4]
+  for a = 7, #ARGV, 10 do
+    local id, claim, entry = ARGV[a + 1], ARGV[a + 4], ARGV[a + 8]
     local keys = {KEYS[1], prefix .. ':job:' .. id, KEYS[2], KEYS[3], KEYS[4],
       prefix .. ':result:' .. id, statuses}
     local token, action, ttl = '', 'keep', 0
@@ -42,8 +44,13 @@ if ARGV[1] == 'stream_done' then
       keys[8] = prefix .. ':idem:' .. claim
       token, action, ttl = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
     end
+    if entry ~= '' then
+      keys[#keys + 1] = prefix .. ':ends:d:' .. ARGV[a + 9]
+      keys[#keys + 1] = prefix .. ':ends'
+    end
     apply(script_settle_stream, keys, {ARGV[2], ARGV[3], ARGV[a], 'done', token, action, ttl,
-      '', done_prefix, '0', '', 0, 0, 0, ARGV[a + 2], final_ttl, id, ARGV[a + 3], '', 0, ''})
+      '', done_prefix, '0', '', 0, 0, 0, ARGV[a + 2], final_ttl, id, ARGV[a + 3], '', 0, '',
+      '', entry, ARGV[a + 9]})
   end
   return replies
 end

@@ -18,13 +18,17 @@
 --       job of a debounced task (its next run, see _debounce.lua), 's' a job of a task
 --       with a key_concurrency (its slot goes back, see _fair_sorted.lua), 'f<a><n>' a
 --       flow's job (see settle_stream.lua; the flow's record is the last key), [22] a flow
---       job's result JSON ('' none), [23..] dead: field/value pairs
+--       job's result JSON ('' none), [23] the ending's history entry ('' none), [24] its
+--       task's name in the history, [25..] dead: field/value pairs; with a history entry,
+--       the last KEYS (before a flow's record) are the history list and its index (see
+--       settle_stream.lua)
 -- Touches: when owners[job id] is this take's token and the job is in flight: ZREM
 --          inflight, HDEL owners and deliveries; done: HDEL payloads and ranks, DEL
 --          marker, the final record kept (see _status.lua), the result record SET;
 --          retry: payload and rank replaced, ZADD delayed at the server's clock + delay,
 --          XADD wake; dead: HDEL payloads and ranks, XADD dead (trimmed), final and result
---          records as for done. A
+--          records as for done; done, retry and dead: the history entry pushed (see
+--          _history.lua). A
 --          worker whose lease lapsed (paused, cut off) finds another token and touches
 --          nothing; 'abandoned' touches no job. The claim, whatever the owner: see
 --          _settle_claim.lua.
@@ -37,10 +41,16 @@
 --#include _debounce_sorted
 --#include _fair_sorted
 --#include _flow
+--#include _history
 local flow, flow_action, flow_position
 if ARGV[21] ~= '' then  -- a flow's job: its record is the last key, not a claim's
   flow_action, flow_position = string.match(ARGV[21], 'f(%a)(%d+)')
   if flow_action then flow = table.remove(KEYS) end
+end
+local history, history_index
+if ARGV[23] and ARGV[23] ~= '' then  -- the history keys come after the claim's
+  history_index = table.remove(KEYS)
+  history = table.remove(KEYS)
 end
 local id, token, kind = ARGV[1], ARGV[2], ARGV[3]
 local owned, released = 0, 0
@@ -65,7 +75,7 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
   else
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 23) end
+    if kind == 'dead' then add_dead_letter(KEYS[7], ARGV[13], ARGV[14], 25) end
     mark_end(KEYS[9], KEYS[11], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[10], ARGV[19], 'PX', ARGV[20]) end
     if string.find(ARGV[21], 'd', 1, true) then
@@ -75,6 +85,7 @@ if kind ~= 'abandoned' and redis.call('HGET', KEYS[5], id) == token
     if flow then released = flow_lib().settled(flow, flow_position, flow_action, ARGV[22],
       ARGV[14]) end
   end
+  if history then record_end(history, history_index, ARGV[23], ARGV[24]) end
 end
 local claimed = settle_claim(KEYS[12], {KEYS[13], KEYS[14]}, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
   ARGV[8], ARGV[9])

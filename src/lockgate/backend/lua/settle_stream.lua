@@ -17,14 +17,18 @@
 --       's' a job of a task with a key_concurrency, whose slot goes back, 'f<a><n>' the
 --       job at position n of a flow (a: 'o' done, 'x' dead, 'c' cancelled; its record is
 --       the last key, see _flow.lua) ('' for others), [22] a flow job's result JSON ('' none),
---       [23..] dead: the dead letter's field/value pairs
+--       [23] the ending's history entry ('' for none: then no history keys), [24] its
+--       task's name in the history, [25..] dead: the dead letter's field/value pairs;
+--       with a history entry, the last KEYS (before a flow's record) are the history list
+--       of the task and outcome (Keys.history) and the index (Keys.history_tasks)
 -- Touches: when XPENDING says the entry is pending for this consumer: XACK + XDEL of the
 --          entry; done: DEL marker, the final record kept (see _status.lua), the
 --          result record SET; retry: ZADD delayed (due at the server's clock + delay),
 --          the marker says so, and XADD wake (idle workers re-read their next due time);
 --          dead: XADD dead (with MAXLEN ~ and XTRIM MINID ~), final and result records as
 --          for done; a debounced job's next run, if an enqueue left one, queued (see
---          _debounce.lua); a flow job's barriers moved (see _flow.lua). An entry another
+--          _debounce.lua); a flow job's barriers moved (see _flow.lua); done, retry and
+--          dead: the history entry pushed (see _history.lua). An entry another
 --          worker took over (this
 --          one was paused or cut off past the visibility timeout) is not touched: a zombie's
 --          settle cannot free a job that someone else is running.
@@ -42,10 +46,16 @@
 --#include _fair
 --#include _debounce
 --#include _flow
+--#include _history
 local flow, flow_action, flow_position
 if ARGV[21] ~= '' then  -- a flow's job: its record is the last key, not a claim's
   flow_action, flow_position = string.match(ARGV[21], 'f(%a)(%d+)')
   if flow_action then flow = table.remove(KEYS) end
+end
+local history, history_index
+if ARGV[23] and ARGV[23] ~= '' then  -- the history keys come after the claim's
+  history_index = table.remove(KEYS)
+  history = table.remove(KEYS)
 end
 local stream, marker, delayed, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, id, kind = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -68,13 +78,14 @@ if kind ~= 'abandoned' and #row == 1 and row[1][2] == consumer then
     redis.call('SET', marker, 'delayed ' .. due .. ' ' .. level_place_of(stream))
     redis.call('XADD', wake, 'MAXLEN', '16', '*', 'due', ARGV[12])
   else
-    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 23) end
+    if kind == 'dead' then add_dead_letter(dead, ARGV[13], ARGV[14], 25) end
     mark_end(marker, KEYS[7], ARGV[17], ARGV[18], ARGV[15], ARGV[16])
     if ARGV[19] ~= '' then redis.call('SET', KEYS[6], ARGV[19], 'PX', ARGV[20]) end
     if string.find(flags, 'd', 1, true) then debounce_next(marker, ARGV[17], wake) end
     if flow then released = flow_lib().settled(flow, flow_position, flow_action, ARGV[22],
       ARGV[14]) end
   end
+  if history then record_end(history, history_index, ARGV[23], ARGV[24]) end
 end
 local claimed = settle_claim(KEYS[8], {KEYS[9], KEYS[10]}, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
   ARGV[9], ARGV[10])
