@@ -21,6 +21,7 @@ from lockgate.backend.lua import ScriptCall, SyncScripts, source
 from lockgate.backend.settling import batched_settles, unbatched
 from lockgate.backend.settling import compact as is_compact
 from lockgate.backend.stream_consumer import StreamConsumer
+from lockgate.core import history
 from lockgate.core.config import Levels
 from lockgate.core.outcome import Outcome
 from lua.test_stream_scripts import TIGHT_MEMORY, fill_memory, private_redis
@@ -77,6 +78,13 @@ def assert_done_marker(rclient: redis.Redis, claim: str, token: str, strings: bo
         assert not rclient.exists(claim)
 
 
+def history_keys(keys: Keys, kind: str, ends: tuple[str, bytes] | None) -> list[str]:
+    """The history keys a settle call of ``kind`` carries with a history entry."""
+    if ends is None:
+        return []
+    return [keys.history(ends[0], history.KIND_CODES[kind]), keys.history_tasks()]
+
+
 def test_the_scripts_document_their_keys_and_args() -> None:
     for name in ("settle_stream", "settle_sorted"):
         text = source(name)
@@ -118,9 +126,11 @@ class StreamJob:
         final_ttl_ms: int = 0,
         result: bytes = b"",
         result_ttl_ms: int = 0,
+        ends: tuple[str, bytes] | None = None,
     ) -> list[int]:
         """settle_stream with the ARGV layout of ``StreamConsumer.settle_call`` (legacy and
-        strings: what ``App(legacy_markers=True)`` passes)."""
+        strings: what ``App(legacy_markers=True)`` passes; ends: the history's task and
+        entry)."""
         keys = self.keys
         script_keys = [
             self.stream, self.marker, self.delayed, keys.dead(), keys.wake(), keys.result("a"),
@@ -130,10 +140,13 @@ class StreamJob:
             script_keys.append(claim)
             if legacy is not None:
                 script_keys.append(legacy)
+        script_keys += history_keys(keys, kind, ends)
+        task, entry = ends or ("", b"")
         args: list[Any] = [
             GROUP, consumer, self.entry_id, kind, token, action, TTL_MS, legacy_done,
             keys.done_bucket_prefix, int(strings), next_job, delay_ms, max_len, max_age_ms,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", "", "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", entry,
+            task,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
@@ -435,6 +448,7 @@ class SortedJob:
         final_ttl_ms: int = 0,
         result: bytes = b"",
         result_ttl_ms: int = 0,
+        ends: tuple[str, bytes] | None = None,
     ) -> list[int]:
         """settle_sorted with the ARGV layout of ``SortedConsumer.settle_call``."""
         q = self.q
@@ -444,10 +458,13 @@ class SortedJob:
         ]  # fmt: skip
         if claim is not None:
             script_keys.append(claim)
+        script_keys += history_keys(self.keys, kind, ends)
+        task, entry = ends or ("", b"")
         args: list[Any] = [
             "a", owner, kind, token, action, TTL_MS, "", self.keys.done_bucket_prefix,
             int(strings), next_job, delay_ms, boost_us, max_len, 0,
-            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", "", "",
+            final, final_ttl_ms, "a", status_shard("a"), result, result_ttl_ms, "", "", entry,
+            task,
         ]  # fmt: skip
         for name, value in (letter or {}).items():
             args += [name, value]
