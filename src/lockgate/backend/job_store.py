@@ -4,12 +4,13 @@ Each reads the job's marker (in the partition of its id, then in the others: a j
 fairness key lives in its key's), then calls its script with the keys of the place the
 marker names (every key a script touches arrives in KEYS); the script checks the marker
 did not change meanwhile (it answers :data:`MOVED`), else the two steps run again. The
-cancel flags a worker reads for its running jobs are here too.
+cancel flags a worker reads for its running jobs are here too, and the jobs' progress
+(``current_job().set_progress``), kept in the partition of each job's id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from lockgate.backend.broker import text
@@ -56,6 +57,17 @@ class Jobs:
         names = [keys.job(job_id), keys.result(job_id), keys.statuses(), keys.status(job_id)]
         args: list[Arg] = [GROUP, placed, job_id, status_shard(job_id)]
         return ScriptCall("job_status", [*names, *keys.place_keys(placed)], args)
+
+    def _progress_calls(self, job_ids: Sequence[str]) -> dict[int, list[str]]:
+        """The ids of ``job_ids`` by the partition of each id, where its progress is."""
+        layout, groups = self._store.layout, dict[int, list[str]]()
+        for job_id in job_ids:
+            groups.setdefault(partition_of(job_id, layout.partitions), []).append(job_id)
+        return groups
+
+    def _progress_read(self, part: int, job_ids: Sequence[str]) -> ScriptCall:
+        keys = self._store.layout.parts[part]
+        return ScriptCall("progress_read", [keys.progress(i) for i in job_ids], [])
 
     def _cancel_call(
         self, job_id: str, placed: str, part: int, record: bytes, record_ttl_ms: int
@@ -104,24 +116,28 @@ class Jobs:
         while True:
             placed, part = self._marker(job_id)
             parts = [part] if placed else self._search_order(job_id)
+            progress = self._progress_read(self._search_order(job_id)[0], [job_id])
             for part in parts:
-                (reply,) = self._store.run([self._status_call(job_id, placed, part)])
+                calls = [self._status_call(job_id, placed, part), progress]
+                reply, (kept,) = self._store.run(calls)
                 if text(reply[0]) != UNKNOWN:
                     break
             if text(reply[0]) != MOVED:
-                return list(reply)
+                return [*reply, kept]
 
     async def status_async(self, job_id: str) -> list[Any]:
         """Async :meth:`status`."""
         while True:
             placed, part = await self._marker_async(job_id)
             parts = [part] if placed else self._search_order(job_id)
+            progress = self._progress_read(self._search_order(job_id)[0], [job_id])
             for part in parts:
-                (reply,) = await self._store.run_async([self._status_call(job_id, placed, part)])
+                calls = [self._status_call(job_id, placed, part), progress]
+                reply, (kept,) = await self._store.run_async(calls)
                 if text(reply[0]) != UNKNOWN:
                     break
             if text(reply[0]) != MOVED:
-                return list(reply)
+                return [*reply, kept]
 
     def cancel(self, job_id: str, record: bytes, record_ttl_ms: int) -> str:
         """Cancel job ``job_id``: ``cancelled`` (removed; ``record`` kept as its final
@@ -167,3 +183,30 @@ class Jobs:
         """The cancel flag of one job (of fairness key ``key``): the take it names, ""
         when none."""
         return (await self.cancel_requests([(job_id, key)]))[0]
+
+    async def progress(self, job_ids: Sequence[str]) -> list[Any]:
+        """The stored progress of jobs (each the JSON ``[value, note]``, or None when none
+        is kept), in one call per partition, all in one round trip."""
+        groups = self._progress_calls(job_ids)
+        replies = await self._store.run_async(
+            [self._progress_read(part, ids) for part, ids in groups.items()]
+        )
+        found: dict[str, Any] = {}
+        for ids, values in zip(groups.values(), replies, strict=True):
+            found.update(zip(ids, values, strict=True))
+        return [found[job_id] or None for job_id in job_ids]
+
+    async def write_progress(self, values: Mapping[str, bytes], ttl_ms: int) -> None:
+        """Write jobs' progress (job id -> the JSON ``[value, note]``), each kept
+        ``ttl_ms``, in one call per partition, all in one round trip."""
+        groups = self._progress_calls(list(values))
+        layout = self._store.layout
+        calls = [
+            ScriptCall(
+                "progress_write",
+                [layout.parts[part].progress(i) for i in ids],
+                [ttl_ms, *(values[i] for i in ids)],
+            )
+            for part, ids in groups.items()
+        ]
+        await self._store.run_async(calls)

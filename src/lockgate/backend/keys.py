@@ -330,6 +330,13 @@ class Keys:
         """A job's result record, for a task declared with ``keep_result``."""
         return f"{self.prefix}:result:{job_id}"
 
+    def progress(self, job_id: str) -> str:
+        """A job's progress (``current_job().set_progress``): the JSON array ``[value,
+        note]``, written by its worker and kept a while after its last write (see
+        :mod:`lockgate.core.progress`). It lives in the partition of the job's id, even
+        for a keyed job, so that readers find it from the id alone."""
+        return f"{self.prefix}:progress:{job_id}"
+
     def job_record_keys(self, job_id: str) -> list[str]:
         """A job's marker, older status and result keys: what a purge deletes with it."""
         return [self.job(job_id), self.status(job_id), self.result(job_id)]

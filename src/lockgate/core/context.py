@@ -11,6 +11,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
+from lockgate.core.progress import ProgressBoard, check_progress
 from lockgate.errors import LockgateError
 
 P = ParamSpec("P")
@@ -115,6 +116,8 @@ class JobContext:
             ``CancelledError`` at its next await; a sync one should look now and then:
             raising anything then ends the job cancelled, returning ends it done.
         flow: the id of the flow the job belongs to (``App.enqueue_flow``), else None.
+        progress: where :meth:`set_progress` records (the worker's board; None outside
+            a worker).
     """
 
     job_id: str
@@ -132,6 +135,7 @@ class JobContext:
     steps: StepClaims | None = field(default=None, repr=False)
     flow: str | None = None
     services: JobServices | None = field(default=None, repr=False)
+    progress: ProgressBoard | None = field(default=None, repr=False)
     # Set once from the loop, read from the run's thread too: a list, not an Event (an
     # Event costs a Condition and a lock per run, and nothing waits on this).
     _cancel: list[bool] = field(default_factory=list, repr=False)
@@ -153,6 +157,7 @@ class JobContext:
         steps: StepClaims | None,
         flow: str | None = None,
         services: JobServices | None = None,
+        progress: ProgressBoard | None = None,
     ) -> JobContext:
         """The context of a worker's run, as the constructor would build it, without a
         frozen dataclass's ``object.__setattr__`` per field (1.8 us a job, against 0.65)."""
@@ -161,7 +166,8 @@ class JobContext:
             job_id=job_id, task=task, queue=queue, level=level, attempt=attempt,
             enqueued=enqueued, app=app, retry_window=retry_window,
             idempotency_ttl=idempotency_ttl, claimed_keys=set(), done_markers=[],
-            holder=holder, steps=steps, flow=flow, services=services, _cancel=[],
+            holder=holder, steps=steps, flow=flow, services=services, progress=progress,
+            _cancel=[],
         )  # fmt: skip
         return context
 
@@ -174,6 +180,31 @@ class JobContext:
         """Ask this run to stop (the worker's side of ``App.cancel``)."""
         if not self._cancel:
             self._cancel.append(True)
+
+    def set_progress(self, value: float, note: str | None = None) -> None:
+        """Report how far the job is: ``App.job`` (``JobInfo.progress`` and
+        ``progress_note``), ``lockgate job`` and the dashboard show it.
+
+        It does not wait for Redis: it records the latest value, and the worker writes
+        the last one recorded within 100 ms (one write however often it is called
+        meanwhile), so a tight loop may call it on every item. The value is kept after
+        the job ends, as long as its status (``App(status_ttl=...)``, ten minutes at
+        least); a retry shows the last value of the attempt before until it reports its
+        own. Outside a worker (in ``app.eager()``) and in a job run in a child process (a
+        job delivered too often) it checks its arguments and records nothing.
+
+        Args:
+            value: from 0.0 (started) to 1.0 (finished).
+            note: a short text for people (``"row 420 of 1,000"``), cut to 200
+                characters.
+
+        Raises:
+            ValueError: ``value`` is not a real number from 0.0 to 1.0 (a ``bool`` or
+                NaN neither), or ``note`` is not a str.
+        """
+        checked = check_progress(value, note)
+        if self.progress is not None:
+            self.progress.record(self.job_id, checked)
 
     def step(self, name: str, *, ttl: float | timedelta | None = None) -> StepClaim:
         """An idempotency claim scoped to this job and one external step of it.

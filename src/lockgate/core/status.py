@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -24,6 +24,7 @@ import msgspec
 
 from lockgate.core import codec
 from lockgate.core.outcome import ErrorInfo, Outcome
+from lockgate.core.progress import decode_progress
 from lockgate.core.records import decode_as, enc_hook
 from lockgate.errors import JobCancelled, JobFailed, ResultUnavailable, SerializationError
 
@@ -106,6 +107,10 @@ class JobInfo:
         key: its fairness key (``@app.task(key_by=...)``); None: it has none, or it is
             not known (a record written before lockgate 0.4).
         queue: its queue while it waits or runs ("" once it ended: not recorded then).
+        progress: the last value its task reported (``current_job().set_progress``),
+            from 0.0 to 1.0, while it runs and after it ended (as long as its status is
+            kept); None: never reported.
+        progress_note: the note of that report; None: none.
     """
 
     id: str
@@ -121,6 +126,8 @@ class JobInfo:
     result_kept: bool = False
     key: str | None = None
     queue: str = ""
+    progress: float | None = None
+    progress_note: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -206,13 +213,23 @@ def _text(value: Any) -> str:
 
 
 def job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> JobInfo:
-    """Read the reply of the ``job_status`` script.
+    """Read the reply of the ``job_status`` script, and the job's stored progress.
 
     Args:
         job_id: the job asked about.
-        reply: ``{state, data, result record, extra}`` (see ``lua/job_status.lua``).
+        reply: ``{state, data, result record, extra}`` (see ``lua/job_status.lua``),
+            then, when read, the job's stored progress (see
+            :func:`~lockgate.core.progress.decode_progress`).
         returns: the type a task's result decodes to (its return annotation), by task.
     """
+    info = _job_info(job_id, reply[:4], returns)
+    progress = decode_progress(reply[4]) if len(reply) > 4 else None
+    if progress is None or info.status == "unknown":
+        return info
+    return replace(info, progress=progress[0], progress_note=progress[1])
+
+
+def _job_info(job_id: str, reply: list[Any], returns: Callable[[str], Any]) -> JobInfo:
     state, data, result, _ = reply
     state = _text(state)
     if state == "final":

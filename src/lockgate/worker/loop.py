@@ -212,7 +212,7 @@ class Worker:
         self._pool = TaskPool(concurrency * 3)
         self._settler = Settler(self.app, consumer, self._applied)
         quiet, gap = timing.args
-        self._runner = JobRunner(
+        runner = self._runner = JobRunner(
             self.app, self.config, self._pool, self._settler.apply_now,
             Holder(self.name, int(quiet), int(gap)),
         )  # fmt: skip
@@ -230,6 +230,9 @@ class Worker:
             ),
             asyncio.create_task(
                 self._supervised("registry", lambda: self._registry.run(self._closing))
+            ),
+            asyncio.create_task(
+                self._supervised("progress", lambda: runner.progress.run(self._closing))
             ),
         ]
         # A burst worker schedules nothing: it is done once nothing is left to run.

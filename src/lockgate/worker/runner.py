@@ -61,6 +61,7 @@ from lockgate.errors import (
     SerializationError,
 )
 from lockgate.process import isolation
+from lockgate.worker.progress import ProgressWriter
 
 log = get_logger(__name__)
 
@@ -178,6 +179,8 @@ class JobRunner:
         self._steps = functools.partial(step_claim, app)  # the runs' step claims
         self.config = config
         self.pool = pool
+        # Where its runs report progress (current_job().set_progress); the worker runs it.
+        self.progress = ProgressWriter(app.store.jobs, app.status_ttl_ms)
         self.forced = asyncio.Event()  # a second stop: abandon what cannot be cancelled
         self._finish_abandoned = finish_abandoned
         # Runs inside their task function now, by job id: what App.cancel can reach.
@@ -248,6 +251,7 @@ class JobRunner:
             job.id, job.task, job.queue, job.level, job.attempt, job.enqueued,
             app=self.app, retry_window=task.retry.window, idempotency_ttl=task.idempotency_ttl,
             holder=self.holder, steps=self._steps, flow=job.flow, services=self.app.services,
+            progress=self.progress.board,
         )  # fmt: skip
         set_current(context)
         run = _Run(delivery, task, job, args, kwargs, context)

@@ -62,6 +62,8 @@ ScriptName = Literal[
     "flow_commit",
     "flow_release",
     "flow_cancel",
+    "progress_write",
+    "progress_read",
 ]
 Flag = Literal["allow-oom", "no-writes"]
 
@@ -118,6 +120,9 @@ FLAGS: Mapping[ScriptName, tuple[Flag, ...]] = {
     "heartbeat_worker": ALLOW_OOM,
     "leave_worker": ALLOW_OOM,
     "server_time": NO_WRITES,
+    # Progress is for people: refused under OOM (the worker logs it and writes it later).
+    "progress_write": (),
+    "progress_read": NO_WRITES,
     # Last: it calls the settle scripts' bodies, which the library defines before it.
     "settle_many": ALLOW_OOM,
 }
