@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -36,6 +37,8 @@ from lockgate import App, CancelOutcome, ConfigError, RetryableError, current_jo
 from lockgate.integrations.embedded import free_port
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
+from lockgate.ops.process_metrics import BUILD_INFO
+from lockgate.worker.registry import lockgate_version
 
 HERE = Path(__file__).parent
 LOCAL = "127.0.0.1"
@@ -215,15 +218,55 @@ async def test_the_counters_histograms_and_gauges_equal_what_ran(
     }  # fmt: skip
     assert by(after, "lockgate_claims_skipped_total", "task") == {("once",): 1}
     assert of(after, "lockgate_jobs_put_back_total") == {}
-    # Every job's first start is one wait (13 jobs); every run that started is one run
-    # (the duplicate never ran).
+    # Every job's first run that began is one wait (12 jobs: the duplicate never ran, its
+    # start counted when it was settled); every run that began is one run.
     assert by(after, "lockgate_job_wait_seconds_count", "level") == {
-        ("critical",): 3, ("low",): 4, ("normal",): 6,
+        ("critical",): 3, ("low",): 4, ("normal",): 5,
     }  # fmt: skip
     assert by(after, "lockgate_job_run_seconds_count", "task") == {
         ("ok",): 7, ("flaky",): 4, ("doomed",): 1, ("once",): 1, ("blocker",): 1,
     }  # fmt: skip
     assert by(after, "lockgate_workers_ready") == {(): 0}
+    assert by(after, BUILD_INFO, "version", "python_version") == {
+        (lockgate_version(), platform.python_version()): 1
+    }
+    assert by(after, "process_resident_memory_bytes")[()] > 0
+    assert by(after, "process_cpu_seconds_total")[()] > 0
+    assert by(after, "python_gc_collections_total", "generation")
+    assert by(after, "python_info", "implementation")
+
+
+async def test_a_rate_limited_put_back_is_no_start_and_its_wait_runs_to_its_start(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+
+    @app.task(rate_limit="4/s")  # one start every 250 ms: three at once, two put back
+    async def paced(n: int) -> None:
+        pass
+
+    app.enqueue_many([paced.message(n, priority="critical") for n in range(3)])
+    worker = worker_for(app)
+    metrics = WorkerMetrics(worker, port=0, host=LOCAL)
+    assert metrics.server is not None
+    base = f"http://{LOCAL}:{metrics.server.port}"
+    metrics.start(asyncio.get_running_loop())
+    try:
+        async with running(worker):
+            after = await counted(base, "lockgate_jobs_total", ("task", "outcome"),
+                                  lambda got: got == {("paced", "succeeded"): 3})  # fmt: skip
+    finally:
+        metrics.close()
+    put_back = by(after, "lockgate_jobs_put_back_total", "task", "level", "reason")
+    assert list(put_back) == [("paced", "critical", "rate_limited")]
+    assert put_back[("paced", "critical", "rate_limited")] >= 2
+    assert by(after, "lockgate_jobs_started_total", "task", "level") == {("paced", "critical"): 3}
+    assert by(after, "lockgate_job_run_seconds_count", "task") == {("paced",): 3}
+    # One wait per job, ending when its run began: the last of three spaced 250 ms apart
+    # waited at least 500 ms (on the limiter's clock), so not all three are under 250 ms.
+    assert by(after, "lockgate_job_wait_seconds_count", "level") == {("critical",): 3}
+    under = by(after, "lockgate_job_wait_seconds_bucket", "level", "le")
+    assert under[("critical", "0.25")] < 3
 
 
 async def test_healthz_always_readyz_only_while_consuming(make_app: Callable[..., App]) -> None:
@@ -346,6 +389,76 @@ def test_one_endpoint_sums_the_counts_of_every_worker_process(
     text = log.read_text()
     assert "Traceback" not in text, text
     assert metrics_dirs() == dirs_before  # the supervisor removed its directory
+
+
+def worker_labels(samples: Samples, name: str = "process_resident_memory_bytes") -> set[str]:
+    """The ``worker`` labels of a metric's samples."""
+    return {dict(key)["worker"] for key in of(samples, name)}
+
+
+def pid_of(worker: str) -> int:
+    """The pid in a worker's name (``host-pid-suffix``)."""
+    return int(worker.rsplit("-", 2)[1])
+
+
+def two_workers(base: str, without: str = "") -> set[str] | None:
+    """The ``worker`` labels of the process series once there are two (none ``without``)."""
+    try:
+        found = worker_labels(scrape(base))
+    except OSError:  # not serving yet
+        return None
+    return found if len(found) == 2 and without not in found else None
+
+
+def parent_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+
+
+def test_each_worker_process_serves_its_own_process_series(
+    jobs: ModuleType, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    base = f"http://{LOCAL}:{port}"
+    log = tmp_path / "supervisor.log"
+    with log.open("wb") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "lockgate", "worker", "supervisor_app:app",
+             "--processes", "2", "--metrics-port", str(port)],
+            cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        workers = wait_until_sync(lambda: two_workers(base), message="two workers' series")
+        # Each is one of the supervisor's children, named as the registry names it.
+        assert {parent_of(pid_of(worker)) for worker in workers} == {supervisor.pid}
+        samples = scrape(base)
+        for name in ("process_cpu_seconds_total", "process_start_time_seconds",
+                     "process_virtual_memory_bytes", "process_open_fds"):  # fmt: skip
+            assert worker_labels(samples, name) == workers, name
+        assert all(value > 0 for value in of(samples, "process_resident_memory_bytes").values())
+        gc = by(samples, "python_gc_collections_total", "worker", "generation")
+        assert set(gc) == {(worker, generation) for worker in workers for generation in "012"}
+        # Once for all: the build and the Python the supervisor and its workers run.
+        assert by(samples, BUILD_INFO, "version", "python_version") == {
+            (lockgate_version(), platform.python_version()): 1
+        }
+        assert by(samples, "python_info", "version") == {(platform.python_version(),): 1}
+
+        # A worker process killed: its series go with it, its replacement's come.
+        victim = sorted(workers)[0]
+        os.kill(pid_of(victim), signal.SIGKILL)
+        now = wait_until_sync(
+            lambda: two_workers(base, without=victim), message="the killed worker's replaced"
+        )
+        assert now & workers == workers - {victim}  # the other one's stay
+        assert len(now - workers) == 1
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(RUN_TIMEOUT) == 0, log.read_text()
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(10)
+    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def write_samples(path: Path, samples: dict[tuple[str, str], float]) -> None:

@@ -157,11 +157,16 @@ def test_the_wait_of_first_attempts_only_is_counted_in_the_minute_it_ended() -> 
     recorder.started(delivery(enqueued=NOW - 2.0), NOW)
     recorder.started(delivery(attempt=2), NOW)  # a retry: its wait includes the backoff
     recorder.started(delivery(deliveries=2), NOW)  # a redelivery after a crash
-    recorder.started(delivery(waits=1), NOW)  # put back behind a busy claim
+    # Put back first (a busy claim, a rate limit): its run begins now, its wait ends now.
+    recorder.started(delivery(waits=1, enqueued=NOW - 0.3), NOW)
     recorder.started(delivery(enqueued=0.0), NOW)  # no enqueue time
     recorder.started(delivery(enqueued=NOW + 5.0), NOW)  # the producer's clock is ahead: 0 s
     assert recorder.take() == {
-        minute_of(NOW): {f"w{bucket_of(2.0)}:normal:default": 1, "w0:normal:default": 1}
+        minute_of(NOW): {
+            f"w{bucket_of(2.0)}:normal:default": 1,
+            f"w{bucket_of(0.3)}:normal:default": 1,
+            "w0:normal:default": 1,
+        }
     }
 
 

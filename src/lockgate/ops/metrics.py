@@ -11,22 +11,34 @@ Needs the ``metrics`` extra (prometheus_client). One HTTP endpoint per worker co
 Metrics (``level`` is the priority level's name, ``task`` the task's name, ``?`` for an
 entry that could not be decoded):
 
-- ``lockgate_jobs_started_total{task,level}``: runs handed to the runner;
+- ``lockgate_jobs_started_total{task,level}``: runs started (the task called), and runs
+  that ended without being run (a duplicate, expired, undecodable, wrong arguments);
 - ``lockgate_jobs_total{task,level,outcome}``: runs ended, ``outcome`` one of
   ``succeeded``, ``retried`` (the attempt failed and another will run), ``dead_lettered``
   (a final failure) and ``cancelled`` (``App.cancel``, or expired);
-- ``lockgate_jobs_put_back_total{task,level}``: runs put back unrun, no attempt spent
-  (another worker holds the job's claim, or it is rate limited);
+- ``lockgate_jobs_put_back_total{task,level,reason}``: runs put back unrun, no attempt
+  spent, and no start counted; ``reason`` one of ``rate_limited``, ``claim_busy`` (another
+  worker holds the job's claim), ``unknown_task``, ``redis_error``, ``run_failed``,
+  ``other`` (see :func:`~lockgate.ops.job_metrics.put_back_reason`);
 - ``lockgate_claims_skipped_total{task}``: duplicates of work already done, acknowledged
-  without running. Started = ended + put back + skipped + running;
-- ``lockgate_job_wait_seconds{level}`` (histogram): enqueue to the first attempt's start
-  (a retry's wait includes its backoff, so it is not observed);
-- ``lockgate_job_run_seconds{task}`` (histogram): each run that started;
+  without running. Started = ended + skipped + running (a run abandoned at a stop and
+  run again, or put back by a step's busy claim after it began, counts a second start);
+- ``lockgate_job_wait_seconds{level}`` (histogram, buckets from 0.5 ms to an hour):
+  enqueue to the start of the first attempt's run, after any put-backs (a retry's wait
+  includes its backoff, so it is not observed);
+- ``lockgate_job_run_seconds{task}`` (histogram, 0.5 ms to 15 minutes): each run that
+  started;
 - ``lockgate_queue_jobs{queue,level,state}`` (gauge): ``state`` waiting, pending (handed
   to a worker, not finished) or delayed (retries, delayed enqueues);
 - ``lockgate_queue_oldest_wait_seconds{queue,level}`` (gauge): age of the next waiting job;
 - ``lockgate_dead_letters`` (gauge): length of the dead-letter queue;
-- ``lockgate_workers_ready`` (gauge): worker processes connected and consuming.
+- ``lockgate_workers_ready`` (gauge): worker processes connected and consuming;
+- ``lockgate_build_info{version,python_version}`` (gauge, always 1);
+- prometheus_client's process and Python series: ``process_*`` (CPU seconds, memory,
+  file descriptors, start time), ``python_gc_*`` and ``python_info``. With
+  ``--processes N`` each worker process publishes its own ``process_*`` and
+  ``python_gc_*`` with a ``worker`` label (its name, as in the registry), gone when it
+  exits (see :mod:`lockgate.ops.process_metrics`).
 
 Counters start at zero with the process (with ``--processes N``, with the supervisor: a
 worker process restarted adds to the counts of the one before); Prometheus' ``rate()``
@@ -70,7 +82,7 @@ from lockgate.errors import ConfigError, LockgateError, MissingExtra
 
 try:
     import prometheus_client
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+    from prometheus_client import CollectorRegistry, Gauge, values
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
     from prometheus_client.registry import Collector
@@ -79,13 +91,16 @@ except ImportError as e:  # a core install: prometheus_client comes with the met
     raise MissingExtra("lockgate.ops.metrics", "metrics", "prometheus_client") from e
 from lockgate.ops.health import BIND_ALL, MetricsServer
 from lockgate.ops.inspect import Stats, queue_stats
-from lockgate.worker.joblog import UNKNOWN_TASK, ended_as, level_name
+from lockgate.ops.job_metrics import JobMetrics
+from lockgate.ops.process_metrics import (
+    ProcessGauges,
+    add_runtime_collectors,
+    add_supervisor_collectors,
+)
 
 if TYPE_CHECKING:
     from lockgate.api.app import App
-    from lockgate.backend.broker import Delivery
     from lockgate.worker.loop import Worker
-    from lockgate.worker.runner import Ending
 
 T = TypeVar("T")
 log = get_logger(__name__)
@@ -96,72 +111,7 @@ SAMPLE_EVERY = 1.0  # seconds a reading of the queue counts is reused
 SAMPLE_TIMEOUT = 2.0  # seconds a scrape waits for the counts before leaving them out
 PUBLISH_EVERY = 0.5  # seconds between a worker process's writes of its readiness
 SAMPLER_LOCK = "queue-sampler.lock"  # in the multiprocess directory
-WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 STATES = ("waiting", "pending", "delayed")
-
-
-class JobMetrics:
-    """A job watcher (see :mod:`lockgate.worker.events`) that counts a worker's jobs.
-
-    Args:
-        app: the worker's app (for its level names).
-        registry: where the metrics are registered.
-    """
-
-    def __init__(self, app: App, registry: CollectorRegistry) -> None:
-        self._app = app
-        by_run = ["task", "level"]
-        self.started_total = Counter(
-            "lockgate_jobs_started", "Runs handed to the runner.", by_run, registry=registry
-        )
-        self.ended_total = Counter(
-            "lockgate_jobs",
-            "Runs ended, by outcome: succeeded, retried, dead_lettered, cancelled.",
-            [*by_run, "outcome"], registry=registry,
-        )  # fmt: skip
-        self.put_back_total = Counter(
-            "lockgate_jobs_put_back",
-            "Runs put back unrun, no attempt spent (claim held elsewhere, rate limited).",
-            by_run, registry=registry,
-        )  # fmt: skip
-        self.skipped_total = Counter(
-            "lockgate_claims_skipped",
-            "Duplicates of work already done, acknowledged without running.",
-            ["task"], registry=registry,
-        )  # fmt: skip
-        self.wait_seconds = Histogram(
-            "lockgate_job_wait_seconds", "Seconds from enqueue to the first attempt's start.",
-            ["level"], buckets=WAIT_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.run_seconds = Histogram(
-            "lockgate_job_run_seconds", "Seconds a run took.", ["task"],
-            buckets=RUN_BUCKETS, registry=registry,
-        )  # fmt: skip
-
-    def started(self, delivery: Delivery, now: float) -> None:
-        """Count the start; observe the wait of a job's first attempt."""
-        job, level = delivery.job, level_name(self._app, delivery)
-        self.started_total.labels(job.task if job else UNKNOWN_TASK, level).inc()
-        first = job is not None and job.attempt == 1 and job.waits == 0
-        if first and delivery.deliveries == 1 and job is not None and job.enqueued > 0:
-            self.wait_seconds.labels(level).observe(max(0.0, now - job.enqueued))
-
-    def settled(self, ending: Ending, owned: bool) -> None:
-        """Count the ending and observe the run's time (not a zombie's settle)."""
-        outcome = ended_as(ending)
-        if not owned or outcome is None:
-            return
-        delivery, job = ending.delivery, ending.delivery.job
-        task, level = job.task if job else UNKNOWN_TASK, level_name(self._app, delivery)
-        if outcome == "skipped":
-            self.skipped_total.labels(task).inc()
-        elif outcome == "put_back":
-            self.put_back_total.labels(task, level).inc()
-        else:
-            self.ended_total.labels(task, level, outcome).inc()
-        if ending.started:
-            self.run_seconds.labels(task).observe(max(0.0, ending.finished - ending.started))
 
 
 class QueueSampler:
@@ -305,11 +255,12 @@ class WorkerMetrics:
         if port is not None:
             self._ready.set_function(lambda: float(worker.ready))
             self.registry.register(QueueCollector(self._sampler))
+            add_runtime_collectors(self.registry)
             self.server = MetricsServer(self.registry, lambda: worker.ready, port, host)
         else:
             assert directory is not None
             self._publisher = _Publisher(worker, directory, self._sampler, self._ready,
-                                         self.registry)  # fmt: skip
+                                         self.registry, ProcessGauges(worker.name))  # fmt: skip
         worker.watchers.add(self.jobs)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -338,8 +289,9 @@ class WorkerMetrics:
 
 class _Publisher:
     """A worker process's share of a supervisor's endpoint (multiprocess mode): its
-    readiness every ``PUBLISH_EVERY`` seconds; the queue counts too while it holds the
-    directory's sampler lock (one process at a time; the lock goes with its holder)."""
+    readiness and its process series every ``PUBLISH_EVERY`` seconds; the queue counts too
+    while it holds the directory's sampler lock (one process at a time; the lock goes with
+    its holder)."""
 
     def __init__(
         self,
@@ -348,6 +300,7 @@ class _Publisher:
         sampler: QueueSampler,
         ready: Gauge,
         registry: CollectorRegistry,
+        process: ProcessGauges,
     ) -> None:
         if os.environ.get(MULTIPROC_ENV) != directory or values.ValueClass is MutexValue:
             raise ConfigError(
@@ -358,6 +311,7 @@ class _Publisher:
         self._directory = directory
         self._sampler = sampler
         self._ready = ready
+        self._process = process
         self._gauges = {
             name: Gauge(name, text, list(labels), registry=registry,
                         multiprocess_mode="mostrecent")
@@ -383,6 +337,7 @@ class _Publisher:
                 with open(os.path.join(self._directory, SAMPLER_LOCK), "a") as lock:
                     while True:
                         self._ready.set(float(self._worker.ready))
+                        self._process.publish()
                         sampling = sampling or _try_lock(lock.fileno())
                         stats = self._sampler.sample() if sampling else None
                         if stats is not None:
@@ -474,6 +429,7 @@ class SupervisorMetrics:
         os.environ[MULTIPROC_ENV] = self.directory
         registry = CollectorRegistry()
         _CompleteFilesCollector(registry, self.directory)
+        add_supervisor_collectors(registry)
         try:
             self.server = MetricsServer(registry, self.ready, port, host)
         except BaseException:

@@ -51,9 +51,10 @@ class ActivityRecorder:
         return self._levels[index] if 0 <= index < len(self._levels) else str(index)
 
     def started(self, delivery: Delivery, now: float) -> None:
-        """Count the wait of a job's first attempt (not a redelivery, nor a put-back)."""
+        """Count the wait of a job's first attempt when its run begins (after any
+        put-backs; not a redelivery, which may have begun before)."""
         job = delivery.job
-        if job is None or job.attempt != 1 or job.waits or delivery.deliveries != 1:
+        if job is None or job.attempt != 1 or delivery.deliveries != 1:
             return
         if job.enqueued > 0:
             wait = self._waits[bucket_of(max(0.0, now - job.enqueued))]

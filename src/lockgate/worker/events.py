@@ -25,7 +25,12 @@ class JobWatcher(Protocol):
     """Told of each job a worker starts and settles."""
 
     def started(self, delivery: Delivery, now: float) -> None:
-        """A delivery was handed to the runner at Unix time ``now`` (its wait ends)."""
+        """A run began at Unix time ``now``, its task about to be called (its wait ends).
+
+        A run put back unrun (rate limited, its claim held elsewhere, an unknown task)
+        never begins; nor does one that ends unrun (a duplicate of work done, expired,
+        undecodable, wrong arguments): ``settled`` alone tells of those, with
+        ``ending.started`` 0."""
 
     def settled(self, ending: Ending, owned: bool) -> None:
         """An ending landed in Redis; ``owned`` is False when another worker had taken the

@@ -214,7 +214,7 @@ class Worker:
         quiet, gap = timing.args
         runner = self._runner = JobRunner(
             self.app, self.config, self._pool, self._settler.apply_now,
-            Holder(self.name, int(quiet), int(gap)),
+            Holder(self.name, int(quiet), int(gap)), began=self.watchers.started,
         )  # fmt: skip
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
@@ -394,8 +394,6 @@ class Worker:
         return [d.ref for d in (*self._running.values(), *self._settler.unsettled)]
 
     def _start(self, delivery: Delivery) -> None:
-        if self.watchers:
-            self.watchers.started(delivery, time.time())
         task = asyncio.create_task(self._execute(delivery))
         self._running[task] = delivery
         task.add_done_callback(self._finished)

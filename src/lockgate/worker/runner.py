@@ -149,6 +149,10 @@ class TaskPool(ThreadPoolExecutor):
             self._busy -= 1
 
 
+def _not_told(delivery: Delivery, now: float) -> None:
+    """No one to tell that a run began."""
+
+
 class Abandoned(Exception):
     """A sync run was left to finish alone (its timeout passed, or a forced stop)."""
 
@@ -164,6 +168,8 @@ class JobRunner:
             abandoned by a forced stop (the worker's sync settle path).
         holder: the worker that holds the claims its runs make (see
             :class:`lockgate.core.context.Holder`).
+        began: told when a run begins, its task about to be called (the worker's
+            watchers: a run put back unrun never begins).
     """
 
     def __init__(
@@ -173,9 +179,11 @@ class JobRunner:
         pool: TaskPool,
         finish_abandoned: Callable[[Ending], None],
         holder: Holder | None = None,
+        began: Callable[[Delivery, float], None] | None = None,
     ) -> None:
         self.app = app
         self.holder = holder
+        self._began = began if began is not None else _not_told
         self._steps = functools.partial(step_claim, app)  # the runs' step claims
         self.config = config
         self.pool = pool
@@ -260,6 +268,7 @@ class JobRunner:
             if early is not None:
                 return Ending(delivery, early, task=task)
         started = time.time()
+        self._began(delivery, started)
         try:
             if isolated(delivery):
                 outcome = await self._run_isolated(run)
@@ -296,7 +305,7 @@ class JobRunner:
                            reason=f"rate limit check failed: {e}")  # fmt: skip
         if delay <= 0:
             return None
-        # A put-back (waits + 1): watchers count no second wait for it.
+        # A put-back (waits + 1, no attempt spent): the run has not begun.
         if all_reserved:
             following = msgspec.structs.replace(job, waits=job.waits + 1, rate_reserved=True)
         else:  # the key's limiter alone reserved it
