@@ -22,7 +22,7 @@ from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.keys import Keys, check_key
 from lockgate.backend.lua import AsyncScripts, SyncScripts
 from lockgate.backend.store import Store
-from lockgate.core import codec
+from lockgate.core import codec, tracing
 from lockgate.core.app_config import (
     CompatibilityConfig,
     ConnectionConfig,
@@ -385,22 +385,34 @@ class App:
         if self._eager is not None:
             eager = self._eager
             return [self._ran(eager.run(m.job), m.job) for m in messages]
+        if tracing.hooks is not None:  # a span around the send, its context in the jobs
+            with tracing.hooks.send(list(messages)) as traced:
+                return self._enqueue_many(traced)
+        return self._enqueue_many(messages)
+
+    def _enqueue_many(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
         created = self.store.enqueue(plan, [j.id for j in jobs])
-        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+        return [EnqueueResult(j.id, c, j.task, self) for j, c in zip(jobs, created, strict=True)]
 
     async def enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         """Async [enqueue_many][lockgate.App.enqueue_many]."""
         if self._eager is not None:
             eager = self._eager
             return [self._ran(await eager.run_async(m.job), m.job) for m in messages]
+        if tracing.hooks is not None:
+            with tracing.hooks.send(list(messages)) as traced:
+                return await self._enqueue_many_async(traced)
+        return await self._enqueue_many_async(messages)
+
+    async def _enqueue_many_async(self, messages: Iterable[Message]) -> list[EnqueueResult]:
         jobs, plan = self._plan(messages)
         if not jobs:
             return []
         created = await self.store.enqueue_async(plan, [j.id for j in jobs])
-        return [self._handle(j.id, c, j) for j, c in zip(jobs, created, strict=True)]
+        return [EnqueueResult(j.id, c, j.task, self) for j, c in zip(jobs, created, strict=True)]
 
     def enqueue_flow(self, flow: Step, *, flow_id: str | None = None) -> FlowResult:
         """Enqueue a workflow ([chain][lockgate.chain], [group][lockgate.group],
@@ -447,9 +459,6 @@ class App:
     async def cancel_flow_async(self, flow_id: str) -> int:
         """Async [cancel_flow][lockgate.App.cancel_flow]."""
         return await self._flows.cancel_async(flow_id)
-
-    def _handle(self, job_id: str, created: bool, job: Job) -> EnqueueResult:
-        return EnqueueResult(job_id, created, job.task, self)
 
     def _ran(self, info: JobInfo, job: Job) -> EnqueueResult:
         return EnqueueResult(info.id, True, job.task, self, info)

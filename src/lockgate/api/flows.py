@@ -24,7 +24,7 @@ from lockgate.backend.broker import Outgoing
 from lockgate.backend.flow_store import FlowRecord, FlowSummary, StagedJob
 from lockgate.backend.lua import ScriptCall
 from lockgate.backend.store import Store
-from lockgate.core import codec, flows
+from lockgate.core import codec, flows, tracing
 from lockgate.core.flows import decode_result
 from lockgate.core.message import Message
 from lockgate.core.outcome import ErrorInfo
@@ -221,23 +221,27 @@ class FlowOps:
                     )
         return planned
 
-    def _staged(self, planned: flows.FlowPlan) -> tuple[list[StagedJob], bytes]:
+    def _staged(
+        self, planned: flows.FlowPlan, messages: Sequence[Message] | None = None
+    ) -> tuple[list[StagedJob], bytes]:
+        """The flow's jobs staged: its nodes' ``messages`` (default: the nodes' own)."""
         nodes = planned.nodes
+        if messages is None:
+            messages = [node.message for node in nodes]
         tasks = [node.message.job.task for node in nodes]
         staged = [
             StagedJob(
-                self._app.outgoing(node.message),
+                self._app.outgoing(message),
                 [(p, tasks[p]) for p in node.parents],
                 node.children,
             )
-            for node in nodes
+            for node, message in zip(nodes, messages, strict=True)
         ]
         return staged, msgspec.json.encode(tasks)
 
     def enqueue(self, flow: flows.Step, flow_id: str | None) -> FlowResult:
         """[App.enqueue_flow][lockgate.App.enqueue_flow]."""
-        planned, calls, commit = self._calls(flow, flow_id)
-        with _naming(planned.flow_id):
+        with self._calls(flow, flow_id) as (planned, calls, commit), _naming(planned.flow_id):
             created = self._app.store.flows.enqueue(
                 planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
             )
@@ -245,23 +249,25 @@ class FlowOps:
 
     async def enqueue_async(self, flow: flows.Step, flow_id: str | None) -> FlowResult:
         """Async :meth:`enqueue`."""
-        planned, calls, commit = self._calls(flow, flow_id)
-        with _naming(planned.flow_id):
+        with self._calls(flow, flow_id) as (planned, calls, commit), _naming(planned.flow_id):
             created = await self._app.store.flows.enqueue_async(
                 planned.flow_id, calls, commit, planned.job_ids, _first_queues(planned)
             )
         return FlowResult(planned.flow_id, created, planned.job_ids, self)
 
+    @contextlib.contextmanager
     def _calls(
         self, flow: flows.Step, flow_id: str | None
-    ) -> tuple[flows.FlowPlan, list[ScriptCall], ScriptCall]:
-        """The flow planned, and the calls that stage and commit it (pure)."""
+    ) -> Iterator[tuple[flows.FlowPlan, list[ScriptCall], ScriptCall]]:
+        """The flow planned, and the calls that stage and commit it, inside the span of
+        its enqueue when traced (each job carries that span's context)."""
         planned = self.plan(flow, flow_id)
-        staged, tasks = self._staged(planned)
-        calls, commit = self._app.store.flows.enqueue_calls(
-            planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
-        )
-        return planned, calls, commit
+        with tracing.sending([n.message for n in planned.nodes], planned.flow_id) as messages:
+            staged, tasks = self._staged(planned, messages)
+            calls, commit = self._app.store.flows.enqueue_calls(
+                planned.flow_id, staged, planned.shape_json(), tasks, self._app.flow_ttl_ms
+            )
+            yield planned, calls, commit
 
     def ran_eagerly(
         self, planned: flows.FlowPlan, run: Callable[[codec.Job], JobInfo]

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from lockgate.api.using import ConfiguredTask
-from lockgate.core import codec
+from lockgate.core import codec, tracing
 from lockgate.core.arguments import Schema
 from lockgate.core.codec import Job
 from lockgate.core.config import Levels
@@ -372,6 +372,7 @@ class Task(Generic[P, R]):
             kwargs=kwargs,
             enqueued=time.time(),
             key=self.key_of(args, kwargs) if self.key_of is not None else None,
+            secret=self.settings.secret_args,
         )
         wait = start_delay(delay, eta, job.enqueued)
         if self.expires is not None and wait >= self.expires:
@@ -482,15 +483,17 @@ class Task(Generic[P, R]):
         Returns:
             The job's id.
         """
-        with sending_on_commit():  # a send at once (no transaction) is not warned about
-            enqueue_on_commit(self.app, conn, self._sized(message))
+        # Traced, the producer span is this call (the job carries it to the later send);
+        # a send at once (no transaction) is not warned about.
+        with tracing.sending([message]) as (traced,), sending_on_commit():
+            enqueue_on_commit(self.app, conn, self._sized(traced))
         return message.job.id
 
     async def send_on_commit_async(self, conn: Any, message: Message) -> str:
         """Async :meth:`send_on_commit` (see
         [enqueue_on_commit_async][lockgate.Task.enqueue_on_commit_async])."""
-        with sending_on_commit():
-            await enqueue_on_commit_async(self.app, conn, self._sized(message))
+        with tracing.sending([message]) as (traced,), sending_on_commit():
+            await enqueue_on_commit_async(self.app, conn, self._sized(traced))
         return message.job.id
 
     def _sized(self, message: Message) -> Message:

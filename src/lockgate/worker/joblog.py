@@ -11,6 +11,9 @@ level::
      "job_id": "8f3c...", "task": "charge", "queue": "default", "level": "critical",
      "attempt": 1, "outcome": "succeeded", "duration": 0.012}
 
+When tracing is on (``lockgate.otel``), a line logged while a span is current carries
+its ``trace_id`` and ``span_id`` (hex), and a job line those of the job's run.
+
 ``severity`` is the record's logging level (``level`` is the job's priority level);
 ``duration`` is the run's seconds, null when the job ended without running (a duplicate
 skipped, a put-back, a job dead-lettered before its run). Any other ``extra=`` fields of a
@@ -24,6 +27,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from lockgate.core import tracing
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import ALREADY_PROCESSED
 
@@ -88,6 +92,10 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in line:
                 line[key] = value
+        if tracing.hooks is not None and "trace_id" not in line:
+            ids = tracing.hooks.current_ids()
+            if ids is not None:
+                line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -140,6 +148,8 @@ class JobLog:
             "outcome": outcome,
             "duration": duration,
         }
+        if ending.trace_ids is not None:  # the run's span, no longer current here
+            fields["trace_id"], fields["span_id"] = ending.trace_ids
         error = ending.outcome.error
         if error is not None:
             fields["error"] = f"{error.type}: {error.message}"

@@ -32,6 +32,7 @@ from lockgate.api.idempotency import Claim, step_claim
 from lockgate.api.task import Task
 from lockgate.backend.broker import Delivery, ReadClaim
 from lockgate.backend.keys import Keys
+from lockgate.core import tracing
 from lockgate.core.codec import Job
 from lockgate.core.config import WorkerConfig
 from lockgate.core.context import Holder, JobContext, set_current
@@ -72,7 +73,8 @@ CLAIM_RETRY = 0.5
 @dataclass(slots=True)
 class Ending:
     """How a run ended: the outcome, the job claim it held (None when none), its task,
-    and when the run started and ended (Unix time; 0 when it never started)."""
+    when the run started and ended (Unix time; 0 when it never started), and the trace and
+    span ids of its span when traced (``lockgate.otel``)."""
 
     delivery: Delivery
     outcome: Outcome
@@ -80,6 +82,7 @@ class Ending:
     task: Task[Any, Any] | None = None
     started: float = 0.0
     finished: float = 0.0
+    trace_ids: tracing.SpanIds | None = None
 
 
 Finisher = Callable[[Any, BaseException | None], None]
@@ -196,8 +199,21 @@ class JobRunner:
 
     async def run(self, delivery: Delivery) -> Ending:
         """Run a delivery; the ending says how to settle it."""
+        hooks, job = tracing.hooks, delivery.job
+        if hooks is not None and job is not None:
+            return await self._run_traced(hooks, delivery, job)
         ending = self.with_read_claim(await self._run(delivery))
         ending.finished = time.time()
+        return ending
+
+    async def _run_traced(self, hooks: tracing.TraceHooks, delivery: Delivery, job: Job) -> Ending:
+        """:meth:`run` in the attempt's span, current while its task runs (a sync task's
+        thread gets a copy of the context, a child process a copy of the thread's)."""
+        with hooks.process(job, delivery.queue, time.time()) as attempt:
+            ending = self.with_read_claim(await self._run(delivery))
+            ending.finished = time.time()
+            attempt.end(ending.outcome)
+            ending.trace_ids = attempt.ids
         return ending
 
     def cancel(self, job_id: str, take: str) -> bool:
