@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test install-docs browser faketime demo test test-django6 lint test-cluster docs dist-check services bench bench-smoke
+.PHONY: install install-test install-docs browser faketime prometheus demo test test-django6 lint test-cluster docs dist-check services bench bench-smoke
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,7 +34,13 @@ faketime:
 	@test -x /usr/bin/faketime || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q faketime; }
 
-test: install-test browser faketime
+# Prometheus, for the test that runs each query of the Grafana dashboard against it
+# (tests/integration/test_prometheus_queries.py), installed only when it is missing.
+prometheus:
+	@test -x /usr/bin/prometheus || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+
+test: install-test browser faketime prometheus
 	$(BIN)/pytest
 
 # The Django tests again on Django 6 (django.tasks), which needs Python >= 3.12: the main
