@@ -28,6 +28,7 @@ from conftest import finish, running, unacked_reads, wait_until
 from faults.support import PrivateRedis, Runs, once
 from lockgate import AccessDenied, App, RetryableError, Worker, WorkerConfig, current_job
 from lockgate.backend.keys import GROUP
+from lockgate.ops.history import task_table
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.queues import purge
 
@@ -52,6 +53,9 @@ COMMANDS = (
     "+exists", "+del", "+incrby", "+pexpire", "+pexpireat", "+pttl", "+time",
     "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore",
     "+zremrangebyscore", "+hset", "+hget", "+hdel",
+    # the recent ends per task: pushed and trimmed by the settle scripts, read by
+    # lockgate.ops.history (the dashboard's task pages)
+    "+lpush", "+ltrim", "+lrange",
     # called by the sorted backend's scripts only
     "+zpopmin", "+hincrby",
 )  # fmt: skip
@@ -60,6 +64,8 @@ STREAMS_COMMANDS = tuple(c for c in COMMANDS if c not in SORTED_ONLY)
 # Sent by a worker's and a claim's background work only: reclaim, the sweep of gone
 # consumers, lease renewal.
 BACKGROUND = ("+xclaim", "+xinfo|consumers", "+xgroup|delconsumer", "+pexpire")
+# Sent once a task's recent ends pass 1,100 (and by a partitioned namespace's wake-ups).
+LONG_RUN = ("+ltrim",)
 OPTIONAL = {"config|get"}  # refused without harm (see COMMANDS)
 
 
@@ -201,9 +207,11 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
         assert again.created and await purge(app, record.queue) == 1
         assert (await app.job_async("sync")).status == "unknown"
         stats = await queue_stats(app)
+        table = {row.task: row for row in await task_table(app)}
     finally:
         await close(app)
 
+    assert table["doomed"].dead == 1 and table["flaky"].retried == 1
     plain = ["sync", "async", *(f"many-{n}" for n in range(5)), "delayed", "in-a-thread", "slow"]
     plain += [f"keyed-{n}" for n in range(3)]
     assert runs.counts() == {**once([*plain, "idempotent", "doomed"]), "flaky": 2}
@@ -225,11 +233,11 @@ async def test_jobs_run_exactly_once_as_the_restricted_user(
     if backend == "sorted":
         assert uncalled(server, SORTED_ONLY) == set()
     else:
-        assert uncalled(server, STREAMS_COMMANDS) - {"+ping"} == set(BACKGROUND)
+        assert uncalled(server, STREAMS_COMMANDS) - {"+ping"} == {*BACKGROUND, *LONG_RUN}
 
 
 # A partitioned namespace's user also needs its tags' keys and the wake-up lists' commands.
-PARTITIONED = ("+blpop", "+rpush", "+ltrim")
+PARTITIONED = ("+blpop", "+rpush", *LONG_RUN)
 # What workflows add (docs/operations.md, "An ACL user"): the flow scripts' set, list
 # and hash commands, and the reads of App.flow and FlowResult.result.
 FLOWS = (
@@ -446,13 +454,22 @@ async def test_every_dashboard_page_and_button_works_as_the_restricted_user(
                 with TestClient(
                     create_app(app), base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000)
                 ) as client:
-                    pages = ["/", "/dead", "/delayed", "/jobs?id=running", "/jobs?id=delayed"]
+                    pages = [
+                        "/",
+                        "/dead",
+                        "/delayed",
+                        "/jobs?id=running",
+                        "/jobs?id=delayed",
+                        "/tasks",
+                        "/tasks/doomed?outcome=dead",
+                    ]
                     letter = client.get("/dead").text.split('href="/dead/', 1)[1].split('"', 1)[0]
                     pages.append(f"/dead/{letter}")
                     for path in pages:
                         response = client.get(path)
                         assert response.status_code == 200, (path, response.text[-2000:])
                     assert 'data-job="delayed"' in client.get("/delayed").text
+                    assert 'data-job="doomed"' in client.get("/tasks/doomed").text
                     assert "card declined" in client.get(f"/dead/{letter}").text
                     for action, fields in [
                         ("pause", {"queue": "default"}),

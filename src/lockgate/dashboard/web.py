@@ -5,7 +5,9 @@ Routes (relative to where the app is served or mounted):
 - ``GET /`` the overview: per queue and level the counts, throughput and wait times,
   paused queues, live workers; ``GET /dead`` and ``GET /dead/{id}`` dead letters;
   ``GET /delayed`` delayed jobs; ``GET /jobs?id=ID`` a job's status (and its flow);
-  ``GET /flows/{id}`` a flow's state and jobs, ``GET /flows?id=ID`` the way there.
+  ``GET /flows/{id}`` a flow's state and jobs, ``GET /flows?id=ID`` the way there;
+  ``GET /tasks`` the per-task table, ``GET /tasks/{name}`` a task's recent ends (see
+  :mod:`lockgate.dashboard.tasks`).
 - ``POST /do/{action}`` every change (replay, purge, pause, resume, cancel; see
   :mod:`lockgate.dashboard.actions`): it answers with a confirmation page first, and acts
   only on the confirmation's own POST.
@@ -24,6 +26,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
+from functools import partial
 from importlib import resources
 from typing import Any
 from urllib.parse import quote, unquote
@@ -41,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lockgate.api.app import App
 from lockgate.core.logs import get_logger
-from lockgate.dashboard import views
+from lockgate.dashboard import tasks, views
 from lockgate.dashboard.actions import ACTIONS, Refused
 from lockgate.dashboard.security import (
     LOGIN_MAX_AGE,
@@ -148,6 +151,8 @@ class Dashboard:
             Route("/dead", page(self.dead), name="dead"),
             Route("/dead/{entry_id:path}", page(self.letter), name="letter"),
             Route("/delayed", page(self.delayed), name="delayed"),
+            Route("/tasks", page(partial(tasks.table, self)), name="tasks"),
+            Route("/tasks/{name:path}", page(partial(tasks.task, self)), name="task"),
             Route("/jobs", page(self.job), name="job"),
             Route("/flows", page(self.flow_lookup), name="flows"),
             Route("/flows/{flow_id:path}", page(self.flow), name="flow"),
