@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
+from lockgate.cli.job import job_fields, job_lines
 from lockgate.core import codec
-from lockgate.core.masking import MASK, mask_args, mask_value
+from lockgate.core.masking import MASK, mask_args, mask_value, shown_job
+from lockgate.core.status import JobInfo
+from lockgate.core.tasks import TaskSettings
+from lockgate.errors import ConfigError
 
 
 def test_secret_arguments_are_masked_and_keywords_keep_their_names() -> None:
@@ -31,3 +37,39 @@ def test_the_secret_flag_costs_no_byte_unless_set() -> None:
     assert b"secret" not in codec.encode(plain)
     secret = codec.Job(id="j", task="t", queue="q", level="high", secret=True)
     assert codec.decode(codec.encode(secret)).secret is True
+
+
+def test_a_stored_secret_job_is_shown_with_its_arguments_masked() -> None:
+    job = codec.Job(id="j", task="t", queue="q", level="high", args=["tok"],
+                    kwargs={"email": "a@b.c"}, secret=True)  # fmt: skip
+    shown, secret = shown_job(codec.encode(job).decode())
+    assert secret
+    decoded = codec.decode(shown)
+    assert (decoded.args, decoded.kwargs, decoded.id) == ([MASK], {"email": MASK}, "j")
+
+
+def test_a_plain_job_is_shown_byte_for_byte_even_with_the_flag_in_an_argument() -> None:
+    stored = codec.encode(codec.Job(id="j", task="t", queue="q", level="high",
+                                    args=['"secret":true'])).decode()  # fmt: skip
+    assert shown_job(stored) == (stored, False)
+    tricky = codec.encode(codec.Job(id="j", task="t", queue="q", level="high",
+                                    kwargs={"x": {"secret": True}})).decode()  # fmt: skip
+    assert shown_job(tricky) == (tricky, False)
+    assert shown_job("not json") == ("not json", False)
+    assert shown_job('{"secret":true, broken') == (MASK, True)
+
+
+def test_a_secret_task_setting_is_a_bool() -> None:
+    assert TaskSettings(secret_args=True).secret_args is True
+    assert TaskSettings().secret_args is False
+    with pytest.raises(ConfigError, match="secret_args must be True or False"):
+        TaskSettings(secret_args="yes")  # type: ignore[arg-type]
+
+
+def test_lockgate_job_shows_progress_and_masks_a_secret_result() -> None:
+    info = JobInfo("j", "done", "t", 1, result={"card": "tok"}, result_kept=True,
+                   progress=0.42, progress_note="rows")  # fmt: skip
+    lines = job_lines(info, secret=True)
+    assert "progress: 42% (rows)" in lines and f'result: "{MASK}"' in lines
+    assert job_fields(info)["result"] == {"card": "tok"}
+    assert job_lines(JobInfo("j", "running", progress=1.0))[-1] == "progress: 100%"

@@ -33,7 +33,7 @@ def test_the_keywords_typed_dict_mirrors_the_settings_fields() -> None:
     assert typing.get_type_hints(TaskKeywords) == {name: hints[name] for name in options}
     assert TaskKeywords.__required_keys__ == frozenset()
     assert frozenset(options) == OPTIONS
-    assert len(OPTIONS) == 18
+    assert len(OPTIONS) == 19
 
 
 def test_every_option_is_documented() -> None:

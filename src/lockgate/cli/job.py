@@ -12,15 +12,19 @@ import msgspec
 
 from lockgate.cli.common import EXIT_USAGE, load_app, reported_errors, run_closing
 from lockgate.cli.options import log_level_option, url_option
+from lockgate.core.masking import mask_value
 from lockgate.core.status import JobInfo
 
 
-def job_fields(info: JobInfo) -> dict[str, Any]:
+def job_fields(info: JobInfo, secret: bool = False) -> dict[str, Any]:
     """A job as ``lockgate job --json`` prints it (pure): id, status, task, queue (while it
     waits or runs), attempts, times (ISO 8601, UTC; null when not known), reason, key,
-    and, when its task keeps them, ``result`` (as JSON, its repr when it has no JSON
-    form) and ``error`` (type, message, traceback)."""
+    ``progress`` and ``progress_note`` (null when never reported), and, when its task
+    keeps them, ``result`` (as JSON, its repr when it has no JSON form; masked when
+    ``secret``, see :mod:`lockgate.core.masking`) and ``error`` (type, message,
+    traceback: as raised, even when ``secret``)."""
     error = info.error
+    result = _json_value(info.result) if info.result_kept and error is None else None
     return {
         "id": info.id,
         "status": info.status,
@@ -32,23 +36,29 @@ def job_fields(info: JobInfo) -> dict[str, Any]:
         "finished_at": _iso(info.finished_at),
         "reason": info.reason or None,
         "key": info.key,
+        "progress": info.progress,
+        "progress_note": info.progress_note,
         "result_kept": info.result_kept,
-        "result": _json_value(info.result) if info.result_kept and error is None else None,
+        "result": mask_value(result, secret) if result is not None else None,
         "error": None if error is None else {
             "type": error.type, "message": error.message, "traceback": error.traceback,
         },
     }  # fmt: skip
 
 
-def job_lines(info: JobInfo) -> list[str]:
+def job_lines(info: JobInfo, secret: bool = False) -> list[str]:
     """A job as ``lockgate job`` prints it (pure): one ``name: value`` line per field
-    known, the error's traceback last."""
-    fields = job_fields(info)
+    known (``progress: 42% (note)``), the error's traceback last; a ``secret`` job's
+    result masked."""
+    fields = job_fields(info, secret)
     lines = [f"job {info.id}: {info.status}"]
     shown = (
         "task", "queue", "attempts", "enqueued_at", "started_at", "finished_at", "reason", "key",
     )  # fmt: skip
     lines += [f"{name}: {fields[name]}" for name in shown if fields[name] is not None]
+    if info.progress is not None:
+        note = f" ({info.progress_note})" if info.progress_note else ""
+        lines.append(f"progress: {info.progress:.0%}{note}")
     if fields["result_kept"] and info.error is None:
         lines.append(f"result: {json.dumps(fields['result'])}")
     if info.error is not None:
@@ -66,8 +76,8 @@ def job_lines(info: JobInfo) -> list[str]:
 @log_level_option
 def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
     """Show job JOB_ID of MODULE:APP: its status (waiting, delayed, running, done, dead,
-    cancelled), task, attempts, times, and its result or error when its task keeps them
-    (``keep_result``).
+    cancelled), task, attempts, times, progress, and its result or error when its task
+    keeps them (``keep_result``; a ``secret_args`` task's result is masked).
 
     Exits 2 when the job is unknown (never enqueued, or it ended longer ago than the app
     keeps statuses, ``status_ttl``).
@@ -82,10 +92,12 @@ def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
             err=True,
         )
         sys.exit(EXIT_USAGE)
+    declared = app.tasks.get(info.task)  # an ended job's stored job is gone: ask its task
+    secret = declared is not None and declared.settings.secret_args
     if as_json:
-        click.echo(json.dumps(job_fields(info), indent=2))
+        click.echo(json.dumps(job_fields(info, secret), indent=2))
         return
-    click.echo("\n".join(job_lines(info)))
+    click.echo("\n".join(job_lines(info, secret)))
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from lockgate.core import codec
+from lockgate.errors import SerializationError
+
 MASK = "***"
 """The text shown instead of a secret value."""
 
@@ -45,3 +50,30 @@ def mask_args(
     if not secret:
         return list(args), dict(kwargs)
     return [MASK] * len(args), dict.fromkeys(kwargs, MASK)
+
+
+_SECRET_FLAG = '"secret":true'  # how the codec writes Job.secret when set
+
+
+def shown_job(data: str) -> tuple[str, bool]:
+    """A stored job's JSON as a display may show it (a dead letter's, say).
+
+    Args:
+        data: the job as stored (see :func:`lockgate.core.codec.encode`).
+
+    Returns:
+        ``(text, secret)``: for a job of a ``secret_args`` task, its JSON with each
+        argument made :data:`MASK` (an undecodable one that says it is secret: MASK
+        whole); any other, ``data`` itself.
+    """
+    if _SECRET_FLAG not in data:  # the codec's compact form: no decode for plain jobs
+        return data, False
+    try:
+        job = codec.decode(data)
+    except SerializationError:
+        return MASK, True
+    if not job.secret:  # an argument's text held the flag
+        return data, False
+    args, kwargs = mask_args(job.args, job.kwargs, True)
+    masked = msgspec.structs.replace(job, args=args, kwargs=kwargs)
+    return codec.encode(masked).decode(), True

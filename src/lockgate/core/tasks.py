@@ -49,6 +49,7 @@ class TaskKeywords(TypedDict, total=False):
     key_rate_limit: str | None
     debounce: float | timedelta | None
     debounce_max: float | timedelta | None
+    secret_args: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +134,13 @@ class TaskSettings:
     debounce_max: float | timedelta | None = None
     """With ``debounce``: a debounced job starts at most this long after the first
     enqueue it merged, however often it is pushed back. None: no bound."""
+    secret_args: bool = False
+    """The jobs' arguments and results are secrets (card tokens, e-mail addresses): job
+    logs, ``lockgate job``, dead-letter listings and the dashboard show ``***`` for each
+    value (keyword names stay). They still travel in the job, as JSON in Redis, and the
+    task receives them as they are; ``App.job`` and ``result()`` still give the result to
+    the code that asks. An error's message is shown as raised: do not put the arguments
+    in it."""
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
     """The retry policy of ``retries``, ``backoff``, ``retry_on``, ``dead_on`` and
     ``timeout``."""
@@ -162,6 +170,8 @@ class TaskSettings:
                                   or limit < 1):  # fmt: skip
             raise ConfigError(f"key_concurrency must be a whole number >= 1, not {limit!r}")
         self._check_debounce()
+        if not isinstance(self.secret_args, bool):
+            raise ConfigError(f"secret_args must be True or False, not {self.secret_args!r}")
         for option in ("key_concurrency", "key_rate_limit"):
             if getattr(self, option) is not None and self.key_by is None:
                 raise ConfigError(f"{option} limits the jobs of one key: it needs key_by")

@@ -1,7 +1,8 @@
 """The dead-letter queue: what goes into it; listing, replaying, trimming, purging it.
 
 Each dead letter is an entry of the namespace's dead-letter stream with the job as it was
-stored and why it died. Replay enqueues the stored job again under its own job id, with
+stored and why it died (a ``secret_args`` task's arguments masked in what is shown, see
+:class:`DeadLetter`). Replay enqueues the stored job again under its own job id, with
 attempt 1 and a new enqueue time, and deletes the letter, in one script call that does
 nothing when the letter is gone: two replays of one letter run its job once.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
@@ -20,6 +21,7 @@ from lockgate.api.app import App
 from lockgate.backend.broker import Outgoing, text
 from lockgate.backend.dead_store import ReplayOutcome
 from lockgate.core import codec
+from lockgate.core.masking import shown_job
 from lockgate.errors import ConfigError, SerializationError
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
@@ -31,7 +33,12 @@ FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """One entry of the dead-letter queue."""
+    """One entry of the dead-letter queue.
+
+    ``job`` is the stored job's JSON as a display may show it: a ``secret_args`` task's
+    (``secret``) with its arguments masked (:func:`lockgate.core.masking.shown_job`);
+    ``error`` and ``traceback`` are as raised. Replays enqueue the job as stored.
+    """
 
     id: str
     job_id: str
@@ -49,10 +56,14 @@ class DeadLetter:
     enqueued_at: float | None
     failed_at: float | None
     job: str
+    secret: bool = False
+    stored: str = field(default="", repr=False)  # the job as stored, for replays
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
+        """A JSON-ready dict (the job as shown, not as stored)."""
+        found = asdict(self)
+        del found["stored"]
+        return found
 
 
 def _number(value: str) -> float | None:
@@ -65,6 +76,8 @@ def _number(value: str) -> float | None:
 def _parse(entry_id: Any, flat: Any) -> DeadLetter:
     values = {text(k): text(v) for k, v in flat.items()}
     get = values.get
+    stored = get("job", "")
+    shown, secret = shown_job(stored)
     return DeadLetter(
         id=text(entry_id),
         job_id=get("job_id", "?"),
@@ -81,7 +94,9 @@ def _parse(entry_id: Any, flat: Any) -> DeadLetter:
         entry=get("entry", ""),
         enqueued_at=_number(get("enqueued_at", "")),
         failed_at=_number(get("failed_at", "")),
-        job=get("job", ""),
+        job=shown,
+        secret=secret,
+        stored=stored,
     )
 
 
@@ -152,7 +167,7 @@ def _renewed(app: App, letter: DeadLetter, level: str | None, queue: str | None)
             job over the app's ``max_payload_bytes``.
     """
     try:
-        job = codec.decode(letter.job)
+        job = codec.decode(letter.stored or letter.job)
     except SerializationError as e:
         raise _Refused(letter.job_id, str(e)) from None
     if job.task not in app.tasks:
