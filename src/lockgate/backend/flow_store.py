@@ -314,6 +314,31 @@ class Flows:
             data = await client.hget(f"{base}:parents", str(position))
         return _parents(data)
 
+    # trace contexts (lockgate.otel): a flow job's run for the runs that wait for it
+
+    async def record_trace_async(
+        self, flow_id: str, position: int, traceparent: str, ttl_ms: int
+    ) -> None:
+        """Keep the trace context of the run of the job at ``position`` for ``ttl_ms``
+        (renewed by each), in a key of its own: links are best effort, never the flow's."""
+        client, _ = await self._store.async_connection()
+        key = self.keys(flow_id).flow(flow_id) + ":traces"
+        with translated(self._store.url):
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hset(key, str(position), traceparent)
+                pipe.pexpire(key, ttl_ms)
+                await pipe.execute()
+
+    async def traces_async(self, flow_id: str, positions: Sequence[int]) -> list[bytes | None]:
+        """The trace contexts kept by :meth:`record_trace_async`; None where none is."""
+        if not positions:
+            return []
+        client, _ = await self._store.async_connection()
+        key = self.keys(flow_id).flow(flow_id) + ":traces"
+        with translated(self._store.url):
+            found = await client.hmget(key, [str(p) for p in positions])
+        return cast(list[bytes | None], found)
+
     # cancelling
 
     def cancel_call(self, flow_id: str) -> ScriptCall:

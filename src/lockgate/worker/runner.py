@@ -62,6 +62,7 @@ from lockgate.errors import (
     SerializationError,
 )
 from lockgate.process import isolation
+from lockgate.worker import flow_traces
 from lockgate.worker.progress import ProgressWriter
 
 log = get_logger(__name__)
@@ -209,11 +210,14 @@ class JobRunner:
     async def _run_traced(self, hooks: tracing.TraceHooks, delivery: Delivery, job: Job) -> Ending:
         """:meth:`run` in the attempt's span, current while its task runs (a sync task's
         thread gets a copy of the context, a child process a copy of the thread's)."""
-        with hooks.process(job, delivery.queue, time.time()) as attempt:
+        links = await flow_traces.parent_traces(self.app, job) if job.flow else []
+        with hooks.process(job, delivery.queue, time.time(), links) as attempt:
             ending = self.with_read_claim(await self._run(delivery))
             ending.finished = time.time()
             attempt.end(ending.outcome)
             ending.trace_ids = attempt.ids
+            if job.flow is not None and ending.outcome.kind == "done":
+                await flow_traces.record_trace(self.app, job, hooks.carrier())
         return ending
 
     def cancel(self, job_id: str, take: str) -> bool:
