@@ -97,8 +97,9 @@ async def test_without_a_token_every_page_is_open(
     make_app: Callable[..., App], serve: Serve
 ) -> None:
     client = serve(shop(make_app))
-    for path in ("/", "/dead", "/delayed", "/jobs?id=nope"):
+    for path in ("/", "/dead", "/delayed", "/running", "/jobs", "/queues/mail/low"):
         assert client.get(path).status_code == 200, path
+    assert client.get("/jobs?id=nope").status_code == 404  # a page saying so
     assert "Log out" not in client.get("/").text
 
 

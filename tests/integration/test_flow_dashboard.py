@@ -210,7 +210,7 @@ async def test_a_job_page_links_to_its_flow_and_only_a_flow_job_does(
     assert '<a id="job-flow" href="/flows/linked">linked</a>' in page.text
     for other in ("plain.1", "linked.77", "linked", "linked.03", "nope"):
         page = client.get("/jobs", params={"id": other})
-        assert page.status_code == 200
+        assert page.status_code == (200 if other in ("plain.1", "linked.77") else 404), other
         assert 'id="job-flow"' not in page.text, other
 
 

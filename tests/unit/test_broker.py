@@ -265,7 +265,7 @@ def test_sorted_plan_groups_jobs_by_queue_with_five_values_each() -> None:
 def test_a_delayed_job_is_decoded_or_listed_by_where_it_waits() -> None:
     job = Job(id="a", task="t", queue="q", level="low", attempt=2, enqueued=1_000.5)
     assert delayed_job(encode(job), 2_000_250, "q", "low") == DelayedJob(
-        "a", "t", "q", "low", 2, 2_000.25, 1_000.5
+        "a", "t", "q", "low", 2, 2_000.25, 1_000.5, "retry: attempt 2"
     )
     assert delayed_job(encode(job), 1, "q", "*", "a").enqueued_at == 1_000.5
     assert delayed_job(b"\xff not a job", 3_000, "q", "low") == DelayedJob(

@@ -20,6 +20,7 @@ from lockgate.backend.keys import Keys, status_shard
 from lockgate.backend.lua import Arg, AsyncScripts, ScriptCall
 from lockgate.core import codec, history
 from lockgate.core.codec import Job
+from lockgate.core.delays import put_back_reason
 from lockgate.core.logs import get_logger
 from lockgate.core.outcome import Outcome
 from lockgate.errors import BrokerError, SerializationError
@@ -410,6 +411,8 @@ class DelayedJob:
         attempt: the attempt it will run as.
         due_at: when it becomes due (Unix time, the server's clock).
         enqueued_at: when it was first enqueued (Unix time, the producer's clock), or None.
+        reason: why it waits (:func:`lockgate.core.delays.put_back_reason`; "" when the
+            stored job cannot be decoded).
     """
 
     id: str
@@ -419,6 +422,7 @@ class DelayedJob:
     attempt: int
     due_at: float
     enqueued_at: float | None
+    reason: str = ""
 
 
 class Broker(Protocol):
@@ -567,8 +571,9 @@ def delayed_job(
     except SerializationError:
         return DelayedJob(job_id, "", queue, level, 0, due_ms / 1000, None)
     return DelayedJob(
-        job.id, job.task, job.queue, job.level, job.attempt, due_ms / 1000, job.enqueued or None
-    )
+        job.id, job.task, job.queue, job.level, job.attempt, due_ms / 1000, job.enqueued or None,
+        put_back_reason(job),
+    )  # fmt: skip
 
 
 def soonest_first(jobs: Sequence[DelayedJob], limit: int) -> list[DelayedJob]:

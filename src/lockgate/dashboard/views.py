@@ -28,6 +28,7 @@ from lockgate.ops.inspect import (
     live_workers,
     queue_stats,
 )
+from lockgate.ops.jobs import known_queues
 
 MINUTES = 15  # the activity window of the overview's rates and charts
 # Dead letters read to count them per queue and level; past that the page says so.
@@ -125,14 +126,19 @@ async def overview(app: App) -> Overview:
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    stats = await queue_stats(app)
     paused = await queues.paused(app)
     workers = await live_workers(app)
     recent = await activity(app, minutes=MINUTES)
+    # Read again for every overview: a queue shows once a worker serves it, it is
+    # paused, or a job ran in it, without a restart of the dashboard.
+    names = known_queues(
+        app, (q for w in workers for q in w.queues), paused, (q for q, _ in recent.levels)
+    )
+    stats = await queue_stats(app, names)
     keys = await busiest_keys(app)
     letters = await run_in_threadpool(deadletter.list_dead, app, DEAD_SCAN)
     dead_by = Counter((letter.queue, letter.level) for letter in letters)
-    rows = {name: QueueRow(name, name in paused) for name in app.queues}
+    rows = {name: QueueRow(name, name in paused) for name in names}
     for row in stats.levels:
         if row.level == "*":  # the sorted backend: one row per queue, every level
             flow = recent.combined(row.queue)

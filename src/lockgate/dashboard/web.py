@@ -4,7 +4,9 @@ Routes (relative to where the app is served or mounted):
 
 - ``GET /`` the overview: per queue and level the counts, throughput and wait times,
   paused queues, live workers; ``GET /dead`` and ``GET /dead/{id}`` dead letters;
-  ``GET /delayed`` delayed jobs; ``GET /jobs?id=ID`` a job's status (and its flow);
+  ``GET /delayed`` delayed jobs; ``GET /jobs?id=ID`` a job, ``GET /running`` the running
+  jobs, ``GET /queues/{queue}/{level}`` a queue's waiting jobs (see
+  :mod:`lockgate.dashboard.jobs`);
   ``GET /flows/{id}`` a flow's state and jobs, ``GET /flows?id=ID`` the way there;
   ``GET /tasks`` the per-task table, ``GET /tasks/{name}`` a task's recent ends (see
   :mod:`lockgate.dashboard.tasks`).
@@ -44,7 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lockgate.api.app import App
 from lockgate.core.logs import get_logger
-from lockgate.dashboard import tasks, views
+from lockgate.dashboard import jobs, tasks, views
 from lockgate.dashboard.actions import ACTIONS, Refused
 from lockgate.dashboard.security import (
     LOGIN_MAX_AGE,
@@ -61,7 +63,7 @@ from lockgate.dashboard.security import (
     token_matches,
 )
 from lockgate.dashboard.throttle import LoginThrottle, client_key
-from lockgate.errors import AccessDenied, ConfigError, LockgateError
+from lockgate.errors import ConfigError, LockgateError
 from lockgate.ops import deadletter, flows
 from lockgate.ops.delayed import delayed_jobs
 
@@ -153,7 +155,9 @@ class Dashboard:
             Route("/delayed", page(self.delayed), name="delayed"),
             Route("/tasks", page(partial(tasks.table, self)), name="tasks"),
             Route("/tasks/{name:path}", page(partial(tasks.task, self)), name="task"),
-            Route("/jobs", page(self.job), name="job"),
+            Route("/jobs", page(partial(jobs.job, self)), name="job"),
+            Route("/running", page(partial(jobs.running, self)), name="running"),
+            Route("/queues/{queue}/{level}", page(partial(jobs.waiting, self)), name="queue"),
             Route("/flows", page(self.flow_lookup), name="flows"),
             Route("/flows/{flow_id:path}", page(self.flow), name="flow"),
             Route("/do/{action}", page(self.act), methods=["POST"], name="act"),
@@ -321,25 +325,8 @@ class Dashboard:
 
     async def delayed(self, request: Request) -> Response:
         """The delayed jobs due soonest."""
-        jobs = await delayed_jobs(self.app, DELAYED_PAGE)
-        return self._render(request, "delayed.html", {"jobs": jobs, "limit": DELAYED_PAGE})
-
-    async def job(self, request: Request) -> Response:
-        """Look a job up by id (``?id=``)."""
-        job_id = request.query_params.get("id", "").strip()[:MAX_ID]
-        info = await self.app.job_async(job_id) if job_id else None
-        flow_id = await self._flow_of(job_id) if job_id else None
-        context = {"job_id": job_id, "info": info, "flow_id": flow_id}
-        return self._render(request, "job.html", context)
-
-    async def _flow_of(self, job_id: str) -> str | None:
-        """The flow of job ``job_id`` (see :func:`lockgate.ops.flows.flow_of_job`); None
-        also when the user may not read flows: the link is an extra, the job page is not."""
-        try:
-            return await run_in_threadpool(flows.flow_of_job, self.app, job_id)
-        except AccessDenied as e:
-            log.warning("dashboard: no flow link for job %r: %s", job_id, e)
-            return None
+        found = await delayed_jobs(self.app, DELAYED_PAGE, await jobs.queues_now(self.app))
+        return self._render(request, "delayed.html", {"jobs": found, "limit": DELAYED_PAGE})
 
     async def flow_lookup(self, request: Request) -> Response:
         """The flow lookup form; ``?id=`` goes to that flow's page."""
