@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from lockgate.core import history
-from lockgate.core.history import EndEntry
+from lockgate.core.history import EndEntry, EndOutcome, PackedEnd
 from lockgate.core.outcome import ALREADY_PROCESSED, CANCELLED, DONE, ErrorInfo, Outcome, dead
 
 
@@ -40,8 +40,8 @@ def test_an_entry_round_trips_and_a_failures_text_is_cut() -> None:
     assert history.read_end(msgspec.msgpack.encode({"x": 1}), "t", "done") is None
 
 
-def end(at: float, ran: int | None = 10, outcome: str = "done", error: str = "") -> EndEntry:
-    return EndEntry("j", "t", outcome, at, ran, 1, error)  # type: ignore[arg-type]
+def end(at: float, ran: int | None = 10, error: str = "") -> PackedEnd:
+    return PackedEnd("j", round(at * 1000), ran, 1, error)
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -59,12 +59,12 @@ def test_a_rate_runs_from_the_oldest_kept_end_to_now() -> None:
 
 
 def test_a_tasks_row_sums_its_ends() -> None:
-    ends = {
+    ends: dict[EndOutcome, list[PackedEnd]] = {
         "done": [end(100.0, 10), end(99.0, 30)],
-        "retried": [end(98.0, 5, "retried", "E: one")],
-        "dead": [end(97.0, None, "dead", "E: two")],
+        "retried": [end(98.0, 5, "E: one")],
+        "dead": [end(97.0, None, "E: two")],
     }
-    row = history.task_row("t", ends, now=100.0)  # type: ignore[arg-type]
+    row = history.task_row("t", ends, now=100.0)
     assert (row.done, row.retried, row.dead) == (2, 1, 1)
     assert row.done_rate == 2 / 1.0
     assert row.failed_rate == 1 / 2.0 + 1 / 3.0
@@ -74,6 +74,12 @@ def test_a_tasks_row_sums_its_ends() -> None:
     assert empty.p50_ms is None and empty.last_error == "" and empty.last_ended_at is None
 
 
-def test_newest_merges_partitions_newest_first_and_cuts() -> None:
-    merged = history.newest([end(1.0), end(3.0), end(2.0)], limit=2)
-    assert [e.ended_at for e in merged] == [3.0, 2.0]
+def test_partitions_lists_merge_newest_first_and_cut() -> None:
+    first, second = [end(5.0), end(3.0), end(1.0)], [end(4.0), end(2.0)]
+    assert [e.ended for e in history.merged([first, second], 4)] == [5000, 4000, 3000, 2000]
+    assert history.merged([first], 2) == first[:2]
+
+
+def test_undecodable_entries_are_skipped() -> None:
+    good = history.pack_end("j1", DONE, 1, 1.0, 2.0)
+    assert [e.job_id for e in history.unpack_ends([b"\xc1", good, b"{}"])] == ["j1"]

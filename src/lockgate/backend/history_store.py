@@ -45,9 +45,10 @@ async def task_names(store: HistorySource) -> set[str]:
 
 async def read_ends(
     store: HistorySource, wanted: Sequence[tuple[str, str]], limit: int
-) -> dict[tuple[str, str], list[bytes]]:
-    """The newest ``limit`` entries of each (task, outcome code) in ``wanted``, each
-    partition's (the caller merges them by time), in one pipelined round trip.
+) -> dict[tuple[str, str], list[list[bytes]]]:
+    """The newest ``limit`` entries of each (task, outcome code) in ``wanted``: a list per
+    partition, newest first (the caller merges them by time), in one pipelined round
+    trip.
 
     Raises:
         BrokerError: Redis refused a command or could not be reached.
@@ -60,8 +61,5 @@ async def read_ends(
                 for keys in parts:
                     pipe.lrange(keys.history(task, code), 0, limit - 1)
             replies: list[Any] = await pipe.execute()
-    found: dict[tuple[str, str], list[bytes]] = {}
-    for n, place in enumerate(wanted):
-        rows = replies[n * len(parts) : (n + 1) * len(parts)]
-        found[place] = [entry for row in rows for entry in row]
-    return found
+    width = len(parts)
+    return {place: replies[n * width : (n + 1) * width] for n, place in enumerate(wanted)}

@@ -10,9 +10,11 @@ results are never kept there.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Literal
 
 import msgspec
@@ -135,20 +137,42 @@ def pack_end(job_id: str, outcome: Outcome, attempt: int, started: float, finish
     return _encoder.encode(entry)
 
 
-def read_end(data: bytes, task: str, outcome: EndOutcome) -> EndEntry | None:
-    """An entry as the scripts keep it (None: not one, from another version)."""
-    try:
-        packed = _decoder.decode(data)
-    except msgspec.DecodeError:
-        return None
+def unpack_ends(data: Iterable[bytes]) -> list[PackedEnd]:
+    """Entries as the scripts keep them, in their order; one that does not decode (another
+    version's) is skipped."""
+    found: list[PackedEnd] = []
+    for item in data:
+        try:
+            found.append(_decoder.decode(item))
+        except msgspec.DecodeError:
+            continue
+    return found
+
+
+def merged(parts: Sequence[Sequence[PackedEnd]], limit: int = KEEP) -> list[PackedEnd]:
+    """The newest ``limit`` entries of several partitions' lists (each newest first, as
+    kept), newest first."""
+    if len(parts) == 1:
+        return list(parts[0][:limit])
+    return list(islice(heapq.merge(*parts, key=lambda e: -e.ended), limit))
+
+
+def end_entry(packed: PackedEnd, task: str, outcome: EndOutcome) -> EndEntry:
+    """An entry as the readers give it."""
     return EndEntry(
         packed.job_id, task, outcome, packed.ended / 1000, packed.ran, packed.attempt,
         packed.error,
     )  # fmt: skip
 
 
+def read_end(data: bytes, task: str, outcome: EndOutcome) -> EndEntry | None:
+    """One entry as the scripts keep it (None: not one, from another version)."""
+    found = unpack_ends([data])
+    return end_entry(found[0], task, outcome) if found else None
+
+
 def newest(entries: Iterable[EndEntry], limit: int = KEEP) -> list[EndEntry]:
-    """The newest ``limit`` entries, newest first (those of several partitions merged)."""
+    """The newest ``limit`` entries, newest first."""
     return sorted(entries, key=lambda e: e.ended_at, reverse=True)[:limit]
 
 
@@ -161,27 +185,32 @@ def percentile(values: Sequence[float], share: float) -> float | None:
     return ordered[rank - 1]
 
 
-def rate(entries: Sequence[EndEntry], now: float) -> float:
+def rate(ends: Sequence[PackedEnd], now: float) -> float:
     """Ends per second over the window the entries cover: from the oldest to now (at least
     one second, so a lone end is not a burst)."""
-    if not entries:
+    if not ends:
         return 0.0
-    oldest = min(e.ended_at for e in entries)
-    return len(entries) / max(1.0, now - oldest)
+    oldest = min(e.ended for e in ends) / 1000
+    return len(ends) / max(1.0, now - oldest)
 
 
-def task_row(task: str, ends: dict[EndOutcome, list[EndEntry]], now: float) -> TaskRow:
-    """A task's line of the table from its kept ends of each outcome."""
-    done = ends.get("done", [])
-    retried = ends.get("retried", [])
-    dead = ends.get("dead", [])
-    failures = newest([*retried, *dead], 1)
-    runs = [float(e.run_ms) for e in (*done, *retried, *dead) if e.run_ms is not None]
-    every = newest([*done, *retried, *dead], 1)
+def _newest_of(ends: Iterable[Sequence[PackedEnd]]) -> PackedEnd | None:
+    heads = [found[0] for found in ends if found]
+    return max(heads, key=lambda e: e.ended) if heads else None
+
+
+def task_row(task: str, ends: Mapping[EndOutcome, Sequence[PackedEnd]], now: float) -> TaskRow:
+    """A task's line of the table from its kept ends of each outcome (each newest first)."""
+    done = ends.get("done", ())
+    retried = ends.get("retried", ())
+    dead = ends.get("dead", ())
+    runs = [float(e.ran) for found in (done, retried, dead) for e in found if e.ran is not None]
+    failure = _newest_of((retried, dead))
+    last = _newest_of((done, retried, dead))
     return TaskRow(
         task, len(done), len(retried), len(dead), rate(done, now),
         rate(retried, now) + rate(dead, now), percentile(runs, 0.5), percentile(runs, 0.99),
-        failures[0].error if failures else "",
-        failures[0].ended_at if failures else None,
-        every[0].ended_at if every else None,
+        failure.error if failure is not None else "",
+        failure.ended / 1000 if failure is not None else None,
+        last.ended / 1000 if last is not None else None,
     )  # fmt: skip

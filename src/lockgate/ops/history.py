@@ -20,10 +20,13 @@ from lockgate.core.history import (
     OUTCOMES,
     EndEntry,
     EndOutcome,
+    PackedEnd,
     TaskRow,
+    end_entry,
+    merged,
     newest,
-    read_end,
     task_row,
+    unpack_ends,
 )
 from lockgate.errors import ConfigError
 
@@ -43,15 +46,17 @@ async def task_names(app: App) -> list[str]:
 
 async def _ends(
     app: App, tasks: list[str], outcomes: tuple[EndOutcome, ...], limit: int
-) -> dict[str, dict[EndOutcome, list[EndEntry]]]:
+) -> dict[str, dict[EndOutcome, list[PackedEnd]]]:
+    """Each task's newest ``limit`` ends of each outcome, newest first (partitions merged)."""
     wanted = [(task, CODES[outcome]) for task in tasks for outcome in outcomes]
     raw = await history_store.read_ends(app.store, wanted, limit)
-    found: dict[str, dict[EndOutcome, list[EndEntry]]] = {task: {} for task in tasks}
-    for task in tasks:
-        for outcome in outcomes:
-            entries = (read_end(data, task, outcome) for data in raw[task, CODES[outcome]])
-            found[task][outcome] = newest((e for e in entries if e is not None), limit)
-    return found
+    return {
+        task: {
+            outcome: merged([unpack_ends(part) for part in raw[task, CODES[outcome]]], limit)
+            for outcome in outcomes
+        }
+        for task in tasks
+    }
 
 
 async def task_table(app: App, *, now: float | None = None) -> list[TaskRow]:
@@ -93,4 +98,5 @@ async def recent_ends(
         raise ConfigError(f"limit must be 1 to {KEEP}, got {limit}")
     outcomes = OUTCOMES if outcome is None else (outcome,)
     ends = await _ends(app, [task], outcomes, limit)
-    return newest((e for found in ends[task].values() for e in found), limit)
+    found = [end_entry(e, task, kind) for kind, packed in ends[task].items() for e in packed]
+    return newest(found, limit)
