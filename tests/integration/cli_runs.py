@@ -49,18 +49,19 @@ def cli_app_in(namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
 
 @contextlib.contextmanager
 def cli_app_module(
-    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch, name: str = "cli_app"
 ) -> Iterator[ModuleType]:
-    """``cli_app`` imported for a test's Redis and namespace; its client closed after."""
+    """``cli_app`` (or the test app module ``name``) imported for a test's Redis and
+    namespace; its client closed after."""
     monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
     monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("cli_app", None)
-    module = importlib.import_module("cli_app")
+    sys.modules.pop(name, None)
+    module = importlib.import_module(name)
     try:
         yield module
     finally:
         module.app.close()
-        sys.modules.pop("cli_app", None)
+        sys.modules.pop(name, None)
 
 
 def work_off(app: App, concurrency: int = 2) -> None:

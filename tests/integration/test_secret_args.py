@@ -9,15 +9,13 @@ the test's namespace.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from cli_runs import invoke
+from cli_runs import cli_app_module, invoke
 
 from lockgate import App, Worker, WorkerConfig
 from lockgate.core.masking import MASK
@@ -30,15 +28,8 @@ CARD, EMAIL, DECLINED = "tok_4242_secret", "someone@example.com", "tok_9999_secr
 
 @pytest.fixture
 def secret(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("secret_app", None)
-    module = importlib.import_module("secret_app")
-    try:
+    with cli_app_module(redis_url, namespace, monkeypatch, "secret_app") as module:
         yield module
-    finally:
-        module.app.close()
-        sys.modules.pop("secret_app", None)
 
 
 def work_off_logged(app: App) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import pytest
 
@@ -17,6 +18,8 @@ from lockgate.core.progress import (
     encode_progress,
     progress_ttl_ms,
 )
+from lockgate.errors import ConnectionFailed
+from lockgate.worker.progress import ProgressWriter
 
 
 @pytest.mark.parametrize("value", [0, 1, 0.0, 0.5, 1.0])
@@ -96,3 +99,30 @@ def test_a_context_records_on_its_board_and_checks_outside_a_worker() -> None:
     alone.set_progress(0.5)  # no board: nothing recorded, nothing raised
     with pytest.raises(ValueError):
         alone.set_progress(2.0)
+
+
+class FlakyStore:
+    """Where a writer writes: refuses its first write, as Redis away would."""
+
+    def __init__(self) -> None:
+        self.writes: list[dict[str, bytes]] = []
+        self.refused = 0
+
+    async def write_progress(self, values: Mapping[str, bytes], ttl_ms: int) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise ConnectionFailed("redis://nowhere", "connection refused")
+        assert ttl_ms == MIN_TTL_MS
+        self.writes.append(dict(values))
+
+
+async def test_a_failed_flush_raises_and_the_next_writes_the_latest_values() -> None:
+    store = FlakyStore()
+    writer = ProgressWriter(store, status_ttl_ms=0)
+    writer.board.record("a", (0.1, None))
+    with pytest.raises(ConnectionFailed):
+        await writer.flush()  # the worker's supervisor logs it and runs the loop again
+    writer.board.record("b", (0.2, "b"))
+    assert await writer.flush() == 2
+    assert store.writes == [{"a": b"[0.1,null]", "b": b'[0.2,"b"]'}]
+    assert writer.written == 2 and await writer.flush() == 0
