@@ -8,6 +8,8 @@ import asyncio
 import io
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Any
@@ -286,3 +288,38 @@ async def test_uninstrument_stops_tracing(
 def test_the_instrumentor_is_found_by_its_entry_point() -> None:
     (found,) = [e for e in entry_points(group="opentelemetry_instrumentor") if e.name == "lockgate"]
     assert found.load() is LockgateInstrumentor
+
+
+def python(code: str, hidden: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child interpreter, with module ``hidden`` made unimportable."""
+    prelude = f"import sys; sys.modules[{hidden!r}] = None\n" if hidden else ""
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_without_the_extra_importing_lockgate_otel_is_one_line_naming_it() -> None:
+    code = (
+        "from lockgate import MissingExtra\n"
+        "try:\n"
+        "    import lockgate.otel\n"
+        "except MissingExtra as e:\n"
+        "    print(e.extra, '|', e)\n"
+    )
+    done = python(code, hidden="opentelemetry.instrumentation")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "otel | lockgate.otel needs opentelemetry-instrumentation, which is not installed: "
+        "pip install 'lockgate[otel]'"
+    )
+
+
+def test_lockgate_loads_no_instrumentation_until_lockgate_otel_is_imported() -> None:
+    code = (
+        "import lockgate, lockgate.cli, lockgate.worker.loop, sys\n"
+        "print(sorted(m for m in ('lockgate.otel', 'lockgate.integrations.otel',"
+        " 'opentelemetry.instrumentation') if m in sys.modules))\n"
+    )
+    done = python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
