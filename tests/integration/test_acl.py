@@ -446,6 +446,7 @@ async def test_every_dashboard_page_and_button_works_as_the_restricted_user(
         later.enqueue(job_id="waiting")
         later.enqueue(job_id="delayed", delay=300)
         worker = Worker(app, WorkerConfig(concurrency=1, idle_wait=1.0, queues=("held",)))
+        level = "*" if backend == "sorted" else "normal"  # a queue's page (of every level)
         server.client.acl_log_reset()
         async with running(worker):
             try:
@@ -462,6 +463,10 @@ async def test_every_dashboard_page_and_button_works_as_the_restricted_user(
                         "/jobs?id=delayed",
                         "/tasks",
                         "/tasks/doomed?outcome=dead",
+                        "/running",
+                        "/jobs?id=doomed",
+                        f"/queues/default/{level}",
+                        f"/queues/held/{level}",
                     ]
                     letter = client.get("/dead").text.split('href="/dead/', 1)[1].split('"', 1)[0]
                     pages.append(f"/dead/{letter}")
@@ -469,6 +474,9 @@ async def test_every_dashboard_page_and_button_works_as_the_restricted_user(
                         response = client.get(path)
                         assert response.status_code == 200, (path, response.text[-2000:])
                     assert 'data-job="delayed"' in client.get("/delayed").text
+                    assert 'data-job="running"' in client.get("/running").text
+                    assert 'data-job="waiting"' in client.get(f"/queues/default/{level}").text
+                    assert 'id="job-letter"' in client.get("/jobs?id=doomed").text
                     assert 'data-job="doomed"' in client.get("/tasks/doomed").text
                     assert "card declined" in client.get(f"/dead/{letter}").text
                     for action, fields in [

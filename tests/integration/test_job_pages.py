@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +23,7 @@ from starlette.testclient import TestClient
 from conftest import running, wait_until, worker_for
 from lockgate import App
 from lockgate.backend.broker import Outgoing
+from lockgate.backend.registry import WorkerInfo, decode, entry_fields
 from lockgate.core import codec
 from lockgate.core.codec import Job
 from lockgate.core.masking import MASK
@@ -137,6 +141,17 @@ def test_shown_args_cuts_and_masks() -> None:
     assert shown_args(secret) == f'["{MASK}"] {{"k":"{MASK}"}}'
 
 
+def test_a_registry_entry_names_its_runs_with_their_starts() -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    info = WorkerInfo("w", "h", 1, ("q",), 4, 2, now, now, "0.4", (("a", 1.5), ("b", 2.0)))
+    fields = json.loads(entry_fields(info))
+    assert fields["jobs"] == [["a", 1500], ["b", 2000]]
+    fields.update(started_at=now.timestamp(), last_heartbeat=now.timestamp())
+    assert decode(json.dumps(fields)) == info
+    del fields["jobs"]  # an entry of a worker that runs nothing, or of an older one
+    assert decode(json.dumps(fields)) == replace(info, jobs=())
+
+
 def test_put_back_reasons() -> None:
     base = {"id": "j", "task": "t", "queue": "q", "level": "normal"}
     assert put_back_reason(Job(**base, rate_reserved=True)).startswith("rate limited")
@@ -182,8 +197,15 @@ async def test_running_jobs_show_their_worker_and_a_cancel_button(
             assert 'data-action="cancel"' not in read_only.get("/running").text
             job_page = client.get(f"/jobs?id={ids[0]}").text
             assert worker.name in job_page
-            started = re.search(r'id="job-started">([^<]+)<', job_page)
-            assert started is not None and started.group(1) != "-"
+
+            def started() -> str:  # the streams backend's: from the worker's heartbeat
+                found = re.search(
+                    r'id="job-started">([^<]+)<', client.get(f"/jobs?id={ids[0]}").text
+                )
+                return found.group(1) if found else ""
+
+            await wait_until(lambda: re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", started()))
+            assert " ago" in client.get("/running").text.split(f'data-job="{ids[0]}"', 1)[1]
             assert act(client, "cancel", job_id=ids[0]).status_code == 303
             await wait_until(lambda: app.job(ids[0]).status == "cancelled")
             release.set()

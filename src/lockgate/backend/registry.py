@@ -39,6 +39,7 @@ log = get_logger(__name__)
 # Index entries this much past their expiry (server clock) are removed by the next
 # heartbeat (a name's entry, which expires by itself, is what says whether it is live).
 SWEEP_AFTER = 300.0
+JOBS_LISTED = 500  # the running jobs a heartbeat names at most (with their starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,9 @@ class WorkerInfo:
         started_at: when it started (UTC, the server's clock).
         last_heartbeat: when it last told the registry it lives (UTC, the server's clock).
         version: its lockgate version.
+        jobs: the jobs it was running at its last heartbeat (at most
+            :data:`JOBS_LISTED`), each as its id and when its run started (Unix time, the
+            worker's clock).
     """
 
     name: str
@@ -66,6 +70,7 @@ class WorkerInfo:
     started_at: datetime
     last_heartbeat: datetime
     version: str
+    jobs: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times in ISO 8601)."""
@@ -79,11 +84,15 @@ class WorkerInfo:
 
 def entry_fields(info: WorkerInfo) -> str:
     """A registry entry's value without its times, which the heartbeat script adds on
-    the server's clock (see :func:`heartbeat_call`): a JSON object."""
-    return json.dumps({
+    the server's clock (see :func:`heartbeat_call`): a JSON object (``jobs`` only while
+    it runs some: ``[[job id, start], ...]``, starts in ms of the worker's clock)."""
+    fields: dict[str, Any] = {
         "name": info.name, "host": info.host, "pid": info.pid, "queues": list(info.queues),
         "concurrency": info.concurrency, "running": info.running, "version": info.version,
-    })  # fmt: skip
+    }  # fmt: skip
+    if info.jobs:
+        fields["jobs"] = [[job_id, round(started * 1000)] for job_id, started in info.jobs]
+    return json.dumps(fields)
 
 
 def _activity(keys: Keys, batches: Sequence[Batch]) -> tuple[list[str], list[Arg]]:
@@ -148,6 +157,7 @@ def decode(value: bytes | str) -> WorkerInfo | None:
             started_at=datetime.fromtimestamp(float(fields["started_at"]), UTC),
             last_heartbeat=datetime.fromtimestamp(float(fields["last_heartbeat"]), UTC),
             version=str(fields["version"]),
+            jobs=tuple((str(i), float(ms) / 1000) for i, ms in fields.get("jobs", ())),
         )  # fmt: skip
     except (ValueError, TypeError, KeyError, OverflowError) as e:
         log.debug("not a worker registry entry: %r (%r)", value, e)

@@ -26,6 +26,7 @@ from lockgate.core.masking import mask_args, mask_value
 from lockgate.core.outcome import ErrorInfo
 from lockgate.core.records import enc_hook
 from lockgate.core.status import JobInfo, Status
+from lockgate.ops.inspect import live_workers
 from lockgate.ops.progress import read_progress
 
 __all__ = [
@@ -155,13 +156,18 @@ async def running_jobs(app: App, queues: Sequence[str], count: int = RUNNING_PAG
     """
     found = await windows.running(app.store, queues, app.levels.names, count)
     progress = await _progress(app, [job.job_id for job in found])
-    return [_running_row(job, progress.get(job.job_id)) for job in found]
+    # The workers' heartbeats name their runs with their starts (the streams backend
+    # keeps none of its own).
+    starts = {job_id: started for info in await live_workers(app) for job_id, started in info.jobs}
+    return [_running_row(job, progress.get(job.job_id), starts.get(job.job_id)) for job in found]
 
 
-def _running_row(job: RunningJob, progress: tuple[float, str | None] | None) -> JobRow:
+def _running_row(
+    job: RunningJob, progress: tuple[float, str | None] | None, noted: float | None
+) -> JobRow:
     queue = job.job.queue if job.job is not None else "?"
     level = job.job.level if job.job is not None else "?"
-    started = job.started_ms / 1000 if job.started_ms is not None else None
+    started = job.started_ms / 1000 if job.started_ms is not None else noted
     seen = job.seen_ms / 1000 if job.seen_ms is not None else None
     return _row(
         job.job_id, job.job, queue, level, worker=job.worker, deliveries=job.deliveries,

@@ -90,6 +90,7 @@ class Worker:
             app, self.name, self.queues, self.config.concurrency, lambda: len(self._running)
         )
         self.watchers.add(self._registry.recorder)
+        self.watchers.add(self._registry.runs)
         self.processed = 0
         self.retried = 0
         self.dead = 0

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import importlib.metadata
+import itertools
 import logging
 import os
 import socket
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lockgate.backend.faults import classify
-from lockgate.backend.registry import WorkerInfo
+from lockgate.backend.registry import JOBS_LISTED, WorkerInfo
 from lockgate.core.logs import get_logger
 from lockgate.errors import LockgateError
 from lockgate.worker.activity import (
@@ -25,6 +26,8 @@ from lockgate.worker.activity import (
 
 if TYPE_CHECKING:
     from lockgate.api.app import App
+    from lockgate.backend.broker import Delivery
+    from lockgate.worker.runner import Ending
 
 log = get_logger(__name__)
 HEARTBEAT_EVERY = 2.0  # seconds between a worker's heartbeats (and activity flushes)
@@ -39,6 +42,27 @@ def lockgate_version() -> str:
         return importlib.metadata.version("lockgate")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+class RunStarts:
+    """A watcher noting when each run of this worker started, for its registry entry
+    (the dashboard's running jobs and job pages show it; the streams backend keeps no
+    start of its own)."""
+
+    def __init__(self) -> None:
+        self._starts: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def started(self, delivery: Delivery, now: float) -> None:
+        """Note the run's start."""
+        self._starts[delivery.source, delivery.ref] = (delivery.job_id, now)
+
+    def settled(self, ending: Ending, owned: bool) -> None:
+        """Forget the run."""
+        self._starts.pop((ending.delivery.source, ending.delivery.ref), None)
+
+    def listed(self, most: int) -> tuple[tuple[str, float], ...]:
+        """The runs going on (job id, start), the first ``most`` started."""
+        return tuple(itertools.islice(self._starts.values(), most))
 
 
 class Registry:
@@ -72,6 +96,7 @@ class Registry:
         self._started: float | None = None  # set when the loop first runs
         self._listed = False  # a heartbeat landed: there is an entry to remove
         self.recorder = ActivityRecorder(app.levels.names)
+        self.runs = RunStarts()
 
     def info(self, now: float) -> WorkerInfo:
         """This worker as a heartbeat at Unix time ``now`` describes it."""
@@ -80,6 +105,7 @@ class Registry:
             concurrency=self._concurrency, running=self._running(),
             started_at=datetime.fromtimestamp(self._started or now, UTC),
             last_heartbeat=datetime.fromtimestamp(now, UTC), version=lockgate_version(),
+            jobs=self.runs.listed(JOBS_LISTED),
         )  # fmt: skip
 
     async def run(self, closing: asyncio.Event) -> None:
