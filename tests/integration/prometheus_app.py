@@ -14,22 +14,12 @@ from lockgate import App, RetryableError, current_job
 app = App(namespace=os.environ.get("LOCKGATE_TEST_NAMESPACE", "prometheus-test"))
 
 
-@app.task
-async def ok(n: int) -> None:
-    """Succeeds."""
-
-
 @app.task(retries=1, backoff=0.01)
-async def flaky() -> None:
-    """Fails its first attempt, then succeeds."""
-    if current_job().attempt == 1:
-        raise RetryableError("once")
-
-
-@app.task(retries=0)
-async def doomed() -> None:
-    """Fails for good: a dead letter."""
-    raise ValueError("never works")
+async def ends(how: str) -> None:
+    """``ok`` succeeds, ``flaky`` fails its first attempt, ``doomed`` fails both (a dead
+    letter)."""
+    if how == "doomed" or (how == "flaky" and current_job().attempt == 1):
+        raise RetryableError(how)
 
 
 @app.task(rate_limit="10/s")

@@ -9,6 +9,7 @@ a blocking call in the test would hold up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -21,7 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,7 @@ from lockgate.integrations.embedded import free_port
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
 from lockgate.ops.process_metrics import BUILD_INFO
+from lockgate.worker.loop import Worker
 from lockgate.worker.registry import lockgate_version
 
 HERE = Path(__file__).parent
@@ -97,6 +99,18 @@ async def status_of(url: str) -> int:
 
 
 # --- one worker in this process --------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def served(worker: Worker) -> AsyncIterator[str]:
+    """The worker's metrics served on a free port meanwhile: their base URL."""
+    metrics = WorkerMetrics(worker, port=0, host=LOCAL)
+    assert metrics.server is not None
+    metrics.start(asyncio.get_running_loop())
+    try:
+        yield f"http://{LOCAL}:{metrics.server.port}"
+    finally:
+        metrics.close()
 
 
 async def counted(
@@ -247,16 +261,9 @@ async def test_a_rate_limited_put_back_is_no_start_and_its_wait_runs_to_its_star
 
     app.enqueue_many([paced.message(n, priority="critical") for n in range(3)])
     worker = worker_for(app)
-    metrics = WorkerMetrics(worker, port=0, host=LOCAL)
-    assert metrics.server is not None
-    base = f"http://{LOCAL}:{metrics.server.port}"
-    metrics.start(asyncio.get_running_loop())
-    try:
-        async with running(worker):
-            after = await counted(base, "lockgate_jobs_total", ("task", "outcome"),
-                                  lambda got: got == {("paced", "succeeded"): 3})  # fmt: skip
-    finally:
-        metrics.close()
+    async with served(worker) as base, running(worker):
+        after = await counted(base, "lockgate_jobs_total", ("task", "outcome"),
+                              lambda got: got == {("paced", "succeeded"): 3})  # fmt: skip
     put_back = by(after, "lockgate_jobs_put_back_total", "task", "level", "reason")
     assert list(put_back) == [("paced", "critical", "rate_limited")]
     assert put_back[("paced", "critical", "rate_limited")] >= 2
@@ -306,21 +313,34 @@ def test_a_port_in_use_is_a_config_error_before_connecting(make_app: Callable[..
 # --- the command: several processes, JSON logs, the missing extra -----------------------
 
 
+def worker_env(redis_url: str, namespace: str) -> dict[str, str]:
+    """The environment of a worker command of the test apps, on this test's namespace."""
+    return dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
+
+
 @pytest.fixture
 def env(redis_url: str, namespace: str) -> dict[str, str]:
-    return dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
+    return worker_env(redis_url, namespace)
+
+
+def imported_app(
+    name: str, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ModuleType]:
+    """The app module ``name`` imported afresh for this test's Redis and namespace (to
+    enqueue what its worker processes run), closed after."""
+    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
+    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
+    sys.modules.pop(name, None)
+    module = importlib.import_module(name)
+    yield module
+    module.app.close()
+    sys.modules.pop(name, None)
 
 
 @pytest.fixture
 def jobs(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``supervisor_app`` imported for this test's Redis and namespace (to enqueue)."""
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("supervisor_app", None)
-    module = importlib.import_module("supervisor_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("supervisor_app", None)
+    yield from imported_app("supervisor_app", redis_url, namespace, monkeypatch)
 
 
 def metrics_dirs() -> set[str]:
@@ -493,13 +513,7 @@ def test_a_worker_file_being_created_is_skipped_by_readiness_and_scrape(size: in
 
 @pytest.fixture
 def cli(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("cli_app", None)
-    module = importlib.import_module("cli_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("cli_app", None)
+    yield from imported_app("cli_app", redis_url, namespace, monkeypatch)
 
 
 def test_json_logs_and_a_line_per_finished_job(cli: ModuleType, env: dict[str, str]) -> None:

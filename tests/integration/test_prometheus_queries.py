@@ -11,7 +11,6 @@ it returns a series; a query that never does fails the test, naming its panel.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -26,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from test_metrics import imported_app, worker_env
 
 from lockgate.integrations.embedded import free_port
 
@@ -79,28 +79,17 @@ def ready(url: str) -> bool:
 
 
 @pytest.fixture
-def env(redis_url: str, namespace: str) -> dict[str, str]:
-    return dict(os.environ, LOCKGATE_REDIS_URL=redis_url, LOCKGATE_TEST_NAMESPACE=namespace)
-
-
-@pytest.fixture
 def jobs(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``prometheus_app`` imported for this test's Redis and namespace (to enqueue)."""
-    monkeypatch.setenv("LOCKGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("LOCKGATE_TEST_NAMESPACE", namespace)
-    sys.modules.pop("prometheus_app", None)
-    module = importlib.import_module("prometheus_app")
-    yield module
-    module.app.close()
-    sys.modules.pop("prometheus_app", None)
+    yield from imported_app("prometheus_app", redis_url, namespace, monkeypatch)
 
 
 def enqueue_every_ending(jobs: ModuleType) -> None:
-    for n in range(3):
-        jobs.ok.enqueue(n, priority="critical")
-        jobs.ok.enqueue(n, priority="low")
-    jobs.flaky.enqueue()
-    jobs.doomed.enqueue()
+    for _ in range(3):
+        jobs.ends.enqueue("ok", priority="critical")
+        jobs.ends.enqueue("ok", priority="low")
+    jobs.ends.enqueue("flaky")
+    jobs.ends.enqueue("doomed")
     jobs.app.enqueue_many([jobs.paced.message(n) for n in range(5)])
 
 
@@ -136,7 +125,7 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
 
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_every_panel_query_returns_series_from_prometheus_scraping_a_worker(
-    processes: str, jobs: ModuleType, env: dict[str, str], tmp_path: Path
+    processes: str, jobs: ModuleType, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     assert os.access(PROMETHEUS, os.X_OK), f"{PROMETHEUS} is missing: make prometheus"
     queries = panel_queries(json.loads(DASHBOARD.read_text()))
@@ -155,7 +144,8 @@ def test_every_panel_query_returns_series_from_prometheus_scraping_a_worker(
         worker = subprocess.Popen(
             [sys.executable, "-m", "lockgate", "worker", "prometheus_app:app",
              "--processes", processes, "--metrics-port", str(metrics_port)],
-            cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            cwd=HERE, env=worker_env(redis_url, namespace), stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out,
         )  # fmt: skip
     with prometheus_log.open("wb") as out:
         prometheus = subprocess.Popen(
