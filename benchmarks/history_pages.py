@@ -5,15 +5,16 @@ leaves cost (``MEMORY USAGE``): a final record in its window's hash, a result re
 history entry (a full list of 1,000 / 1,000) and a progress key; (2) the p95 of
 ``--requests`` requests to ``/tasks`` and ``/tasks/<name>`` (Starlette's TestClient, so
 the page's own work and its Redis reads, not a network) with ``--tasks`` tasks whose
-three history lists are full, first on a namespace with no job waiting, then with
-``--jobs`` plain jobs waiting (1,000,000 by default). The pages read bounded windows, so
-the two should match.
+three history lists are full, on a namespace with no job waiting and on one with
+``--jobs`` plain jobs waiting (1,000,000 by default), taking turns. The pages read
+bounded windows, so the two should match.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import time
 import uuid
@@ -30,26 +31,40 @@ def p95(samples: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)] * 1000
 
 
-def page_times(app: Any, paths: list[str], requests: int) -> dict[str, tuple[float, float]]:
-    """Per path: (median ms, p95 ms) of ``requests`` requests, the first one not timed."""
+def page_times(
+    apps: dict[str, Any], paths: list[str], requests: int, rounds: int = 5
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per app and path: (median ms, p95 ms) of ``requests`` requests, the apps taking
+    turns in ``rounds`` rounds (a machine that slows down mid-way weighs on both)."""
     from starlette.testclient import TestClient
 
     from lockgate.dashboard import create_app
 
-    found: dict[str, tuple[float, float]] = {}
-    with TestClient(
-        create_app(app), base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000)
-    ) as client:
-        for path in paths:
-            assert client.get(path).status_code == 200, path
-            samples = []
-            for _ in range(requests):
-                started = time.perf_counter()
-                response = client.get(path)
-                samples.append(time.perf_counter() - started)
-                assert response.status_code == 200
-            found[path] = (statistics.median(samples) * 1000, p95(samples))
-    return found
+    samples: dict[tuple[str, str], list[float]] = {}
+    clients = {
+        name: TestClient(
+            create_app(app), base_url="http://127.0.0.1:8700", client=("127.0.0.1", 50000)
+        )
+        for name, app in apps.items()
+    }
+    for client in clients.values():
+        client.__enter__()
+    try:
+        for client in clients.values():
+            for path in paths:
+                assert client.get(path).status_code == 200, path  # warm
+        for _ in range(rounds):
+            for name, client in clients.items():
+                for path in paths:
+                    for _ in range(max(1, requests // rounds)):
+                        started = time.perf_counter()
+                        response = client.get(path)
+                        samples.setdefault((name, path), []).append(time.perf_counter() - started)
+                        assert response.status_code == 200
+    finally:
+        for client in clients.values():
+            client.__exit__(None, None, None)
+    return {key: (statistics.median(found) * 1000, p95(found)) for key, found in samples.items()}
 
 
 def record_bytes(client: Any, app: Any) -> dict[str, float]:
@@ -127,16 +142,19 @@ def main() -> None:
         for key in client.scan_iter(match=f"{app.keys.prefix}:*"):
             client.delete(key)  # the pages below see only what fill_history writes
         names = fill_history(client, app, options.tasks)
-        paths = ["/tasks", f"/tasks/{names[0]}", f"/tasks/{names[0]}?outcome=dead"]
-        empty = page_times(app, paths, options.requests)
+        empty = App(server.url, namespace=uuid.uuid4().hex)
+        fill_history(client, empty, options.tasks)
         asyncio.run(enqueue(app, options.jobs))
         print(f"waiting jobs: {client.xlen(app.keys.stream('default', 'normal')):,}")
-        full = page_times(app, paths, options.requests)
+        gc.collect()
+        paths = ["/tasks", f"/tasks/{names[0]}", f"/tasks/{names[0]}?outcome=dead"]
+        times = page_times({"empty": empty, "full": app}, paths, options.requests)
         print(f"| page | empty p50, p95 ms | {options.jobs:,} waiting p50, p95 ms | p95 ratio |")
         print("| --- | --: | --: | --: |")
         for path in paths:
-            (e50, e95), (f50, f95) = empty[path], full[path]
+            (e50, e95), (f50, f95) = times["empty", path], times["full", path]
             print(f"| {path} | {e50:.1f}, {e95:.1f} | {f50:.1f}, {f95:.1f} | {f95 / e95:.2f} |")
+        empty.close()
         app.close()
 
 
