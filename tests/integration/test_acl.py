@@ -533,6 +533,35 @@ async def test_keys_and_commands_outside_the_rules_are_refused(
 # --- a user missing a command -------------------------------------------------------------
 
 
+async def test_without_the_history_commands_jobs_settle_and_no_history_is_kept(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    """0.3's documented user (no +lpush, +ltrim, +lrange): every job still settles once
+    (the settle scripts' history push is refused and skipped), nothing is kept."""
+    commands = tuple(c for c in STREAMS_COMMANDS if c not in ("+lpush", "+ltrim", "+lrange"))
+    url = add_user(server, "no-history", fresh_namespace, commands)
+    app = App(redis_url=url, namespace=fresh_namespace)
+    runs = Runs()
+
+    @app.task(retries=0)
+    async def record(fail: bool) -> None:
+        runs.record(current_job().job_id)
+        if fail:
+            raise ValueError("declined")
+
+    try:
+        record.enqueue(False, job_id="ok")
+        record.enqueue(True, job_id="bad")
+        await asyncio.wait_for(Worker(app, WorkerConfig(concurrency=2)).run(burst=True), 60)
+        assert (await app.job_async("ok")).status == "done"
+        assert (await app.job_async("bad")).status == "dead"
+    finally:
+        await close(app)
+    assert runs.counts() == once(["ok", "bad"])
+    assert not server.client.exists(f"lockgate:{{{fresh_namespace}}}:ends")
+    assert {"command:lpush"} <= set(refusals(server))
+
+
 async def test_without_function_load_producers_workers_and_the_cli_get_access_denied(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:

@@ -11,12 +11,15 @@
 -- The index (Keys.history_tasks) is a sorted set of the task names that have a list,
 -- added to when a push makes a new list (score 0; a sorted set: ZADD is a command of the
 -- documented ACL lines, SADD is not), so a reader finds the tasks without a SCAN.
--- record_end(list, index, entry, task): push the entry, trim, list the task.
+-- record_end(list, index, entry, task): push the entry, trim, list the task. A refused
+-- push (an ACL user of lockgate 0.3's lines, without +lpush) keeps no history and
+-- settles the job all the same.
 local function record_end(list, index, entry, task)
-  local count = redis.call('LPUSH', list, entry)
+  local count = redis.pcall('LPUSH', list, entry)
+  if type(count) ~= 'number' then return end
   if count == 1 then
     redis.call('ZADD', index, 0, task)
   elseif count > 1100 then
-    redis.call('LTRIM', list, 0, 999)
+    redis.pcall('LTRIM', list, 0, 999)
   end
 end
