@@ -6,37 +6,20 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient
+
+from test_dashboard import Serve
+from test_dashboard import serve as serve  # the fixture, re-exported
 
 from conftest import drain
 from lockgate import App
-from lockgate.dashboard import create_app
 
 TOKEN = "t" * 32
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., TestClient]]:
-    clients: list[TestClient] = []
-
-    def start(app: App, **options: Any) -> TestClient:
-        client = TestClient(
-            create_app(app, **options), base_url="http://127.0.0.1:8700",
-            client=("127.0.0.1", 50000),
-        )  # fmt: skip
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield start
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 async def ended(make_app: Callable[..., App], **options: Any) -> App:
@@ -80,7 +63,7 @@ def ends_on(page: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_the_task_table_lists_every_task_with_its_figures(
-    make_app: Callable[..., App], serve: Callable[..., TestClient], backend: str
+    make_app: Callable[..., App], serve: Serve, backend: str
 ) -> None:
     client = serve(await ended(make_app, backend=backend))
     response = client.get("/tasks")
@@ -105,7 +88,7 @@ async def test_the_task_table_lists_every_task_with_its_figures(
 
 
 async def test_a_tasks_page_lists_its_ends_and_filters_them_by_outcome(
-    make_app: Callable[..., App], serve: Callable[..., TestClient]
+    make_app: Callable[..., App], serve: Serve
 ) -> None:
     client = serve(await ended(make_app))
     page = client.get("/tasks/invoice").text
@@ -122,7 +105,7 @@ async def test_a_tasks_page_lists_its_ends_and_filters_them_by_outcome(
 
 
 async def test_an_unknown_task_or_outcome_is_a_404(
-    make_app: Callable[..., App], serve: Callable[..., TestClient]
+    make_app: Callable[..., App], serve: Serve
 ) -> None:
     client = serve(await ended(make_app))
     assert client.get("/tasks/nobody").status_code == 404
@@ -132,7 +115,7 @@ async def test_an_unknown_task_or_outcome_is_a_404(
 
 
 async def test_the_task_pages_work_read_only_and_behind_a_token(
-    make_app: Callable[..., App], serve: Callable[..., TestClient]
+    make_app: Callable[..., App], serve: Serve
 ) -> None:
     app = await ended(make_app)
     read_only = serve(app, read_only=True)
@@ -146,7 +129,7 @@ async def test_the_task_pages_work_read_only_and_behind_a_token(
 
 
 async def test_an_empty_namespace_has_an_empty_table(
-    make_app: Callable[..., App], serve: Callable[..., TestClient]
+    make_app: Callable[..., App], serve: Serve
 ) -> None:
     page = serve(make_app()).get("/tasks")
     assert page.status_code == 200 and 'id="no-tasks"' in page.text

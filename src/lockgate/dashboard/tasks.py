@@ -8,44 +8,31 @@
 Both read bounded windows (at most 1,000 ends per task, outcome and partition), whatever
 the queues hold; arguments are not kept with the ends, so nothing here needs masking.
 :mod:`lockgate.dashboard.web` routes here; these functions take the dashboard
-(:class:`TaskPages`) as their first argument.
+(:class:`~lockgate.dashboard.jobs.Pages`) as their first argument.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lockgate.api.app import App
+from lockgate.dashboard.jobs import Pages
 from lockgate.ops.history import OUTCOMES, recent_ends, task_names, task_table
 
 MAX_NAME = 256  # a task name longer than this is nobody's
 PAGE = 200  # ends listed on a task's page
 
 
-class TaskPages(Protocol):
-    """What these pages use of the dashboard (:class:`lockgate.dashboard.web.Dashboard`)."""
-
-    app: App
-
-    def _render(
-        self, request: Request, name: str, context: dict[str, Any], status: int = 200
-    ) -> Response: ...
-
-    def _problem(self, request: Request, status: int, message: str) -> Response: ...
-
-
-async def table(pages: TaskPages, request: Request) -> Response:
+async def table(pages: Pages, request: Request) -> Response:
     """One row per task: its rates, run times and last error."""
     now = time.time()
     rows = await task_table(pages.app, now=now)
     return pages._render(request, "tasks.html", {"rows": rows, "now": now})
 
 
-async def task(pages: TaskPages, request: Request) -> Response:
+async def task(pages: Pages, request: Request) -> Response:
     """A task's recent ends (``?outcome=`` one outcome); 404 for a task with no ends
     that the app does not declare, or an outcome there is not."""
     app = pages.app
