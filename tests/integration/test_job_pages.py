@@ -11,6 +11,7 @@ import asyncio
 import html
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from dashboard_client import act
 from starlette.testclient import TestClient
 
 from conftest import running, wait_until, worker_for
+from faults.support import PrivateRedis
 from lockgate import App
 from lockgate.backend.broker import Outgoing
 from lockgate.backend.registry import WorkerInfo, decode, entry_fields
@@ -309,3 +311,44 @@ async def test_the_delayed_page_says_why_a_job_waits(
     assert "rate limited" in page.split('data-job="limited"', 1)[1].split("</tr>", 1)[0]
     job_page = serve(app).get("/jobs?id=planned").text
     assert 'id="job-put-back">scheduled<' in job_page
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    """A server of this module's own, whose command counts are only its tests'."""
+    server = PrivateRedis(tmp_path_factory.mktemp("pages"), {})
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_no_page_reads_more_than_its_window(private: PrivateRedis, backend: str) -> None:
+    """On a queue of 3,000 jobs a page lists 50 and sends a few dozen commands, the same
+    as on a queue of 60: one HGET per job listed at most, never a command per job queued."""
+    app = App(redis_url=private.url, namespace=uuid.uuid4().hex, backend=backend)
+
+    @app.task
+    def work(n: int) -> None: ...
+
+    level = level_of(app, "normal")
+    calls = []
+    try:
+        with TestClient(create_app(app), base_url="http://127.0.0.1:8700",
+                        client=("127.0.0.1", 50000)) as client:  # fmt: skip
+            for total in (60, 3000):
+                app.enqueue_many([work.message(n) for n in range(total - len(calls) * 60)])
+                for path in (f"/queues/default/{level}", "/running", "/"):
+                    assert client.get(path).status_code == 200  # the first: scripts loaded
+                private.client.config_resetstat()
+                page = client.get(f"/queues/default/{level}").text
+                assert len(job_ids(page, "waiting-job")) == PAGE
+                stats = private.client.info("commandstats")
+                calls.append({name: row["calls"] for name, row in stats.items()})
+    finally:
+        await app.aclose()
+        app.close()
+    short, long = calls
+    assert short == long  # the very same commands, as often
+    assert sum(long.values()) <= PAGE + 10, long
