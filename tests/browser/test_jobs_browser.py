@@ -15,13 +15,13 @@ test_dashboard_browser.py.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from test_dashboard_browser import Server, WorkerThread, click, text_of, wait_for
 from test_dashboard_browser import browser as browser  # the fixture, re-exported
+from test_flow_browser import save
 
 from conftest import wait_until_sync
 from lockgate import App, current_job
@@ -29,9 +29,6 @@ from lockgate.core.masking import MASK
 from lockgate.ops.deadletter import count_dead
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "build" / "artifacts"
 
 
 def shop(redis_url: str, namespace: str, release: threading.Event) -> App:
@@ -63,13 +60,6 @@ def shop(redis_url: str, namespace: str, release: threading.Event) -> App:
         raise ValueError(f"order {order} was never charged")
 
     return app
-
-
-def save(browser: WebDriver, name: str) -> None:
-    path = ARTIFACTS / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    assert browser.save_screenshot(str(path))
-    assert path.stat().st_size > 10_000
 
 
 def test_every_job_page_with_a_real_worker(

@@ -12,14 +12,16 @@ import html
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from dashboard_client import act
 from starlette.testclient import TestClient
+from test_acl import server as server  # a private server: its command counts are ours
+from test_dashboard import Serve
+from test_dashboard import serve as serve  # the fixture, re-exported
 
 from conftest import running, wait_until, worker_for
 from faults.support import PrivateRedis
@@ -33,25 +35,6 @@ from lockgate.dashboard import create_app
 from lockgate.ops.jobs import PAGE, put_back_reason, shown_args
 
 BACKENDS = ["streams", "sorted"]
-Serve = Callable[..., TestClient]
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    clients: list[TestClient] = []
-
-    def start(app: App, **options: Any) -> TestClient:
-        client = TestClient(
-            create_app(app, **options), base_url="http://127.0.0.1:8700",
-            client=("127.0.0.1", 50000),
-        )  # fmt: skip
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield start
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def level_of(app: App, level: str) -> str:
@@ -313,21 +296,11 @@ async def test_the_delayed_page_says_why_a_job_waits(
     assert 'id="job-put-back">scheduled<' in job_page
 
 
-@pytest.fixture(scope="module")
-def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
-    """A server of this module's own, whose command counts are only its tests'."""
-    server = PrivateRedis(tmp_path_factory.mktemp("pages"), {})
-    try:
-        yield server.start()
-    finally:
-        server.close()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_no_page_reads_more_than_its_window(private: PrivateRedis, backend: str) -> None:
+async def test_no_page_reads_more_than_its_window(server: PrivateRedis, backend: str) -> None:
     """On a queue of 3,000 jobs a page lists 50 and sends a few dozen commands, the same
     as on a queue of 60: one HGET per job listed at most, never a command per job queued."""
-    app = App(redis_url=private.url, namespace=uuid.uuid4().hex, backend=backend)
+    app = App(redis_url=server.url, namespace=uuid.uuid4().hex, backend=backend)
 
     @app.task
     def work(n: int) -> None: ...
@@ -341,10 +314,10 @@ async def test_no_page_reads_more_than_its_window(private: PrivateRedis, backend
                 app.enqueue_many([work.message(n) for n in range(total - len(calls) * 60)])
                 for path in (f"/queues/default/{level}", "/running", "/"):
                     assert client.get(path).status_code == 200  # the first: scripts loaded
-                private.client.config_resetstat()
+                server.client.config_resetstat()
                 page = client.get(f"/queues/default/{level}").text
                 assert len(job_ids(page, "waiting-job")) == PAGE
-                stats = private.client.info("commandstats")
+                stats = server.client.info("commandstats")
                 calls.append({name: row["calls"] for name, row in stats.items()})
     finally:
         await app.aclose()
