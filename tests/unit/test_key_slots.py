@@ -22,7 +22,7 @@ ARGUMENTS: dict[str, Any] = {
     "request_id": "req-7", "job_id": "job-{odd}", "claim_key": "lockgate:{shop-eu}:idem:k",
     "task": "report", "stamp": "2024-01-31T03:00:00Z", "placed": "1-0 emails:critical",
     "minute": 28_424_160, "lane": "export=acme:{x}", "flow_id": "f-{7}",
-    "step_claim_name": "step/6:report:3:j-1:charge", "token": "0f3a", "row": 41,
+    "step_claim_name": "step/6:report:3:j-1:charge", "token": "0f3a", "row": 41, "code": "d",
 }  # fmt: skip
 
 
@@ -62,7 +62,8 @@ def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
             "rate_limit", "paused", "place_keys", "job_record_keys",
             "done_bucket_prefix", "fair_stream", "fair_rotation", "fair_jobs", "fair_limits",
             "fair_slots", "fair_holds", "key_rate_limit", "flow", "flow_keys", "flow_stage",
-            "flows_releasing", "step_result", "relayed"} <= set(names)  # fmt: skip
+            "flows_releasing", "step_result", "relayed", "history", "history_tasks",
+            "progress"} <= set(names)  # fmt: skip
     expected = slot(keys.prefix)
     for method, values in names.items():
         assert values, method
