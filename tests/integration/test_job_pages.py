@@ -258,6 +258,31 @@ async def test_a_queue_shows_as_soon_as_a_worker_serves_it(
     assert client.get("/queues/late/normal").status_code == 200
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_queue_shows_as_soon_as_a_producer_enqueues_in_it(
+    make_app: Callable[..., App], serve: Serve, backend: str
+) -> None:
+    # No worker serves it and no job ran in it: its jobs only wait (a new queue deployed
+    # before its workers), which is when an operator most needs to see it.
+    dashboard_app = make_app(backend=backend)
+
+    @dashboard_app.task
+    def noop() -> None: ...
+
+    client = serve(dashboard_app)
+    assert 'data-queue="fresh"' not in client.get("/").text
+    producer_app = make_app(backend=backend)
+
+    @producer_app.task(queue="fresh")
+    def report() -> None: ...
+
+    report.enqueue(job_id="fresh-1")
+    assert 'data-queue="fresh"' in client.get("/").text
+    page = client.get(f"/queues/fresh/{level_of(producer_app, 'normal')}")
+    assert page.status_code == 200
+    assert job_ids(page.text, "waiting-job") == ["fresh-1"]
+
+
 async def test_keyed_jobs_are_listed_by_lane(make_app: Callable[..., App], serve: Serve) -> None:
     app = make_app()
 

@@ -251,6 +251,13 @@ class Keys:
         by the first client to connect, checked by every other."""
         return f"{self.prefix}:partitions"
 
+    def queue_names(self) -> str:
+        """The queues producers and workers of the namespace were configured with: each
+        client adds its App's on its first call (see :mod:`lockgate.backend.partition_record`),
+        so a queue shows in the dashboard before any worker serves it. A sorted set of
+        names (scores unused)."""
+        return f"{self.prefix}:queues"
+
     def wakeup(self, queue: str) -> str:
         """A partitioned namespace's wake-up list of ``queue``: a producer pushes one item
         per job it adds, an idle worker pops one (BLPOP), so an enqueue wakes about as many

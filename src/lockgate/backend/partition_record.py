@@ -1,6 +1,8 @@
-"""The partition count of a namespace, recorded in Redis: every client checks it before
-its first call, so producers and workers of one namespace agree (see
-:mod:`lockgate.backend.partitions`).
+"""A client's first contact with a namespace: the partition count, recorded in Redis,
+which every client checks before its first call, so producers and workers of one
+namespace agree (see :mod:`lockgate.backend.partitions`); and the names of its App's
+queues, which it adds to the namespace's (``Keys.queue_names``) in the same contact, so
+that a queue a producer enqueues in shows before any worker serves it.
 
 The count is read, and written by the first client that finds none (SET NX GET: of two
 first clients, the second reads the first's). A partitioned App that finds no record
@@ -20,6 +22,8 @@ from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
 from lockgate.backend.partitions import Layout
 from lockgate.errors import ConfigError, ServerBusy
+
+MAX_NAMES = 1_000  # queue names read for a page: far more than any namespace has
 
 
 def old_layout_keys(layout: Layout, queues: Sequence[str], levels: Sequence[str]) -> list[str]:
@@ -63,8 +67,8 @@ def verdict(layout: Layout, recorded: Any, old_jobs: int = 0) -> None:
 def check(
     client: SyncClient, url: str, layout: Layout, queues: Sequence[str], levels: Sequence[str]
 ) -> bool:
-    """Check (and, the first time, write) the namespace's count; False when the server
-    refused for now (the check is then still to do).
+    """Check (and, the first time, write) the namespace's count, and add ``queues`` to
+    its queue names; False when the server refused for now (all is then still to do).
 
     Raises:
         ConfigError: see :func:`verdict`.
@@ -78,9 +82,10 @@ def check(
                 old = int(client.exists(*old_layout_keys(layout, queues, levels)))
                 verdict(layout, None, old)
                 recorded = client.set(key, layout.partitions, nx=True, get=True)
+            verdict(layout, recorded)
+            client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
     except ServerBusy:
         return False
-    verdict(layout, recorded)
     return True
 
 
@@ -96,7 +101,20 @@ async def check_async(
                 old = int(await client.exists(*old_layout_keys(layout, queues, levels)))
                 verdict(layout, None, old)
                 recorded = await client.set(key, layout.partitions, nx=True, get=True)
+            verdict(layout, recorded)
+            await client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
     except ServerBusy:
         return False
-    verdict(layout, recorded)
     return True
+
+
+async def queue_names(client: AsyncClient, url: str, layout: Layout) -> list[str]:
+    """The queues the namespace's clients were configured with (at most
+    :data:`MAX_NAMES`, in name order).
+
+    Raises:
+        BrokerError: Redis could not be reached or refused the client.
+    """
+    with translated(url):
+        names: list[Any] = await client.zrange(layout.base.queue_names(), 0, MAX_NAMES - 1)
+    return [text(name) for name in names]

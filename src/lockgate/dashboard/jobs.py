@@ -48,14 +48,15 @@ class Pages(Protocol):
 
 async def queues_now(app: App) -> tuple[str, ...]:
     """The queues there are now (:func:`lockgate.ops.jobs.known_queues`): the app's, the
-    live workers', the paused ones and those that ran jobs in the last minutes.
+    namespace's clients', the live workers', the paused ones and those that ran jobs in
+    the last minutes.
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
     workers = await live_workers(app)
     recent = await activity(app, minutes=15)
-    return known_queues(
+    return await known_queues(
         app, (q for w in workers for q in w.queues), await paused(app),
         (q for q, _ in recent.levels),
     )  # fmt: skip

@@ -129,9 +129,10 @@ async def overview(app: App) -> Overview:
     paused = await queues.paused(app)
     workers = await live_workers(app)
     recent = await activity(app, minutes=MINUTES)
-    # Read again for every overview: a queue shows once a worker serves it, it is
-    # paused, or a job ran in it, without a restart of the dashboard.
-    names = known_queues(
+    # Read again for every overview: a queue shows once a producer or worker of it
+    # called Redis, a worker serves it, it is paused, or a job ran in it, without a
+    # restart of the dashboard.
+    names = await known_queues(
         app, (q for w in workers for q in w.queues), paused, (q for q, _ in recent.levels)
     )
     stats = await queue_stats(app, names)

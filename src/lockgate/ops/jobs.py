@@ -19,6 +19,7 @@ import msgspec
 from lockgate.api.app import App
 from lockgate.backend import windows
 from lockgate.backend.broker import decode_job
+from lockgate.backend.partition_record import queue_names
 from lockgate.backend.windows import ListedJob, RunningJob
 from lockgate.core.codec import Job
 from lockgate.core.delays import put_back_reason
@@ -264,11 +265,19 @@ def _between(start: float | None, end: float | None) -> float | None:
     return max(0.0, end - start) if start is not None and end is not None else None
 
 
-def known_queues(app: App, *found: Iterable[str]) -> tuple[str, ...]:
-    """The app's queues, then every other queue named in ``found`` (the queues live
-    workers serve, paused ones, those with recent activity), each once, in that order:
-    a queue shows as soon as a worker serves it or a job ran in it, without a restart."""
+async def known_queues(app: App, *found: Iterable[str]) -> tuple[str, ...]:
+    """The app's queues, then every other queue the namespace's producers and workers
+    were configured with (each client names its App's on its first call), then any other
+    named in ``found`` (the queues live workers serve, paused ones, those with recent
+    activity), each once: a queue shows as soon as a client of it called Redis, without a
+    restart of the dashboard.
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    client, _ = await app.store.async_connection()
     names = dict.fromkeys(app.queues)
+    names.update(dict.fromkeys(await queue_names(client, app.store.url, app.store.layout)))
     for group in found:
         names.update(dict.fromkeys(sorted(group)))
     return tuple(names)
