@@ -268,6 +268,36 @@ async def test_json_log_lines_carry_the_trace_and_span_ids(
     assert "trace_id" not in json.loads(JsonFormatter().format(logging.makeLogRecord({})))
 
 
+async def test_the_workers_retry_and_dead_letter_lines_carry_their_runs_ids(
+    make_app: Callable[..., App], exporter: InMemorySpanExporter
+) -> None:
+    app = make_app()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    loop_log = logging.getLogger("lockgate.worker.loop")
+    loop_log.addHandler(handler)
+
+    @app.task(retries=1, backoff=0)
+    async def flaky() -> None:
+        raise RuntimeError("down")
+
+    flaky.enqueue()
+    try:
+        await drain(app)
+    finally:
+        loop_log.removeHandler(handler)
+    runs = sorted(spans(exporter, "process default"), key=lambda s: attrs(s)["lockgate.attempt"])
+    assert len(runs) == 2
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    retry = [line for line in lines if "attempt 1 failed" in line["message"]]
+    dead = [line for line in lines if "dead-letter queue" in line["message"]]
+    assert len(retry) == 1 and len(dead) == 1, lines
+    for line, run in ((retry[0], runs[0]), (dead[0], runs[1])):
+        ids = format(run.context.trace_id, "032x"), format(run.context.span_id, "016x")
+        assert (line["trace_id"], line["span_id"]) == ids
+
+
 async def test_uninstrument_stops_tracing(
     make_app: Callable[..., App], exporter: InMemorySpanExporter
 ) -> None:

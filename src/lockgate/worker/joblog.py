@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from lockgate.core import tracing
-from lockgate.core.logs import get_logger
+from lockgate.core.logs import get_logger, traceback_extra
 from lockgate.core.outcome import ALREADY_PROCESSED
 
 if TYPE_CHECKING:
@@ -76,6 +76,17 @@ def level_name(app: App, delivery: Delivery) -> str:
     """The name of a delivery's level (its index when the app does not declare it)."""
     names = app.levels.names
     return names[delivery.level] if 0 <= delivery.level < len(names) else str(delivery.level)
+
+
+def line_extra(ending: Ending, traceback: bool = False) -> dict[str, str]:
+    """The ``extra`` of a line the worker logs about an ending: its run's trace ids (the
+    run's span is no longer current there) and, with ``traceback``, its error's
+    traceback, printed after the line (see :mod:`lockgate.core.logs`)."""
+    error = ending.outcome.error
+    extra = traceback_extra(error.traceback if traceback and error is not None else None)
+    if ending.trace_ids is not None:
+        extra["trace_id"], extra["span_id"] = ending.trace_ids
+    return extra
 
 
 class JsonFormatter(logging.Formatter):

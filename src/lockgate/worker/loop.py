@@ -43,13 +43,14 @@ from lockgate.backend.faults import classify
 from lockgate.core.config import WorkerConfig
 from lockgate.core.context import Holder
 from lockgate.core.intake import IntakeLimit, sample_lag
-from lockgate.core.logs import get_logger, traceback_extra
+from lockgate.core.logs import get_logger
 from lockgate.core.outcome import dead
 from lockgate.core.policy import ReadPolicy, StrictPolicy, make_policy, reconnect_delay
 from lockgate.errors import AccessDenied, LockgateError
 from lockgate.worker import cancels
 from lockgate.worker.cancels import CANCEL_LOOK
 from lockgate.worker.events import Watchers
+from lockgate.worker.joblog import line_extra
 from lockgate.worker.liveness import LivenessKeeper
 from lockgate.worker.registry import Registry
 from lockgate.worker.relay import relay_loop
@@ -429,17 +430,18 @@ class Worker:
         if ending.outcome.kind == "dead" and delivery.job is None:
             log.error("entry %s of %s -> dead-letter queue: %s%s", delivery.ref,
                       delivery.source, ending.outcome.reason, _error_text(ending, delivery),
-                      extra=_traceback(ending))  # fmt: skip
+                      extra=line_extra(ending, traceback=True))  # fmt: skip
         elif ending.outcome.kind == "dead":
             log.error("job %s -> dead-letter queue: %s%s", delivery.job_id,
                       ending.outcome.reason, _error_text(ending, delivery),
-                      extra=_traceback(ending))  # fmt: skip
+                      extra=line_extra(ending, traceback=True))  # fmt: skip
         elif ending.outcome.kind == "retry" and ending.outcome.error is not None:
             job = delivery.job
             log.warning("job %s (%s) attempt %d failed: %s: %s; retry in %.2fs",
                         delivery.job_id, job.task if job else "?",
                         job.attempt if job else 0, ending.outcome.error.type,
-                        ending.outcome.error.message, ending.outcome.delay)  # fmt: skip
+                        ending.outcome.error.message, ending.outcome.delay,
+                        extra=line_extra(ending))  # fmt: skip
         if ending.outcome.kind == "retry":  # a put-back whose job was cancelled meanwhile
             ending = await cancels.unless_cancelled(self.app.store, ending)
         self._settler.add(ending)
@@ -584,12 +586,6 @@ class Worker:
         forced.cancel()
         if not waiter.done():
             waiter.cancel()
-
-
-def _traceback(ending: Ending) -> dict[str, str]:
-    """The traceback of a dead letter's error, printed after its line (see lockgate.core.logs)."""
-    error = ending.outcome.error
-    return traceback_extra(error.traceback if error is not None else None)
 
 
 def _error_text(ending: Ending, delivery: Delivery) -> str:
