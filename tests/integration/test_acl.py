@@ -374,6 +374,27 @@ def test_an_enqueue_that_cannot_wake_workers_still_enqueues(
         app.close()
 
 
+def test_a_refused_queue_names_write_costs_nothing_after_the_first_contact(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    """The first contact's queue names (a ZADD) are best effort: refused, the partition
+    check still passes once, and no later call repeats the contact."""
+    url = add_user(server, "worker", fresh_namespace, without("+zadd"))
+    app = App(redis_url=url, namespace=fresh_namespace, backend="streams")
+
+    @app.task
+    async def record() -> None: ...
+
+    try:
+        for n in range(3):
+            assert record.enqueue(job_id=f"j{n}").created
+        assert refusals(server) == ["command:zadd"]
+        (entry,) = server.client.acl_log()
+        assert int(entry["count"]) == 1  # refused once: the contact was not made again
+    finally:
+        app.close()
+
+
 async def test_reclaim_the_consumer_sweep_and_lease_renewal_as_the_restricted_user(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:

@@ -21,8 +21,10 @@ from lockgate.backend.broker import text
 from lockgate.backend.connections import AsyncClient, SyncClient
 from lockgate.backend.faults import translated
 from lockgate.backend.partitions import Layout
-from lockgate.errors import ConfigError, ServerBusy
+from lockgate.core.logs import get_logger
+from lockgate.errors import BrokerError, ConfigError, ServerBusy
 
+log = get_logger(__name__)
 MAX_NAMES = 1_000  # queue names read for a page: far more than any namespace has
 
 
@@ -67,8 +69,9 @@ def verdict(layout: Layout, recorded: Any, old_jobs: int = 0) -> None:
 def check(
     client: SyncClient, url: str, layout: Layout, queues: Sequence[str], levels: Sequence[str]
 ) -> bool:
-    """Check (and, the first time, write) the namespace's count, and add ``queues`` to
-    its queue names; False when the server refused for now (all is then still to do).
+    """Check (and, the first time, write) the namespace's count, then add ``queues`` to
+    its queue names (best effort: a refusal is logged at debug level); False when the
+    server refused the check for now (it is then still to do).
 
     Raises:
         ConfigError: see :func:`verdict`.
@@ -83,9 +86,13 @@ def check(
                 verdict(layout, None, old)
                 recorded = client.set(key, layout.partitions, nx=True, get=True)
             verdict(layout, recorded)
-            client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
     except ServerBusy:
         return False
+    try:  # best effort: the check passed, whatever became of the names
+        with translated(url):
+            client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
+    except BrokerError as e:  # out of memory, a replica: they show once a worker serves
+        log.debug("the queue names of namespace %r were not recorded: %s", layout.namespace, e)
     return True
 
 
@@ -102,9 +109,13 @@ async def check_async(
                 verdict(layout, None, old)
                 recorded = await client.set(key, layout.partitions, nx=True, get=True)
             verdict(layout, recorded)
-            await client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
     except ServerBusy:
         return False
+    try:  # best effort: the check passed, whatever became of the names
+        with translated(url):
+            await client.zadd(layout.base.queue_names(), dict.fromkeys(queues, 0))
+    except BrokerError as e:  # out of memory, a replica: they show once a worker serves
+        log.debug("the queue names of namespace %r were not recorded: %s", layout.namespace, e)
     return True
 
 
