@@ -4,8 +4,8 @@ of a queue and level from a cursor, the running ones, and a job's dead letter.
 Every read here is a window: it names how many entries it reads at most (XRANGE and
 XPENDING with COUNT, ZRANGE with a LIMIT, one HGET per job listed), so a page costs the
 same on a queue of ten jobs or of millions; nothing scans a queue. The commands are the
-ones the README's ACL user has (XINFO GROUPS, XRANGE, XPENDING, XLEN, ZRANGE, ZCARD,
-HGET); a key or consumer group that does not exist yet reads as empty.
+ones the README's ACL user has (XINFO GROUPS, XRANGE, XREVRANGE, XPENDING, XLEN, ZRANGE,
+ZCARD, HGET); a key or consumer group that does not exist yet reads as empty.
 
 Streams backend: a level's waiting jobs are the stream's entries after the consumer
 group's last-delivered id (those before it were handed out: running, or gone once
@@ -40,7 +40,8 @@ from lockgate.core.codec import Job
 # enqueue stamps in microseconds less a level's head start, so ties are rare.
 TIES = 32
 DEAD_SPAN_MS = 120_000  # a dead letter is looked for this far either side of the job's end
-DEAD_LOOKUP = 200  # and among this many letters at most
+DEAD_PAGE = 100  # letters read at a time, outward from the job's end
+DEAD_PAGES = 10  # pages read each way at most (1,000 letters each side)
 Command = tuple[str, tuple[Any, ...], dict[str, Any]]  # a client method, its arguments
 
 
@@ -322,24 +323,39 @@ def _owner(token: str) -> tuple[str, int, int | None]:
 async def dead_letter_of(
     store: Store, job_id: str, ended_ms: int
 ) -> tuple[str, dict[str, str]] | None:
-    """Job ``job_id``'s dead letter (its id and fields), looked for among the letters written
-    within :data:`DEAD_SPAN_MS` of ``ended_ms`` (when it ended, the worker's clock), at
-    most :data:`DEAD_LOOKUP` of them per partition; None when none is found there.
+    """Job ``job_id``'s dead letter (its id and fields), looked for outward from
+    ``ended_ms`` (when it ended, the worker's clock): forward from it (the letter is
+    written as the job settles, just after) and backward from it (a worker's clock ahead
+    of the server's), :data:`DEAD_PAGE` letters at a time, within :data:`DEAD_SPAN_MS`
+    and :data:`DEAD_PAGES` pages each way per partition; None when none is found there.
+    The letters nearest the end come first, however many were written before and after.
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
     client, _ = await store.async_connection()
     parts = store.layout.parts
-    low, high = max(0, ended_ms - DEAD_SPAN_MS), ended_ms + DEAD_SPAN_MS
-    with translated(store.url):
-        replies = await _replies(client, [
-            ("xrange", (keys.dead(),), {"min": str(low), "max": str(high), "count": DEAD_LOOKUP})
-            for keys in parts
-        ])  # fmt: skip
-    for part, found in enumerate(replies):
-        for entry_id, fields in found or []:
-            if text(fields.get(b"job_id", b"")) == job_id:
-                letter = text(entry_id) if len(parts) == 1 else f"{part}/{text(entry_id)}"
-                return letter, {text(name): text(value) for name, value in fields.items()}
+    low, high = str(max(0, ended_ms - DEAD_SPAN_MS)), str(ended_ms + DEAD_SPAN_MS)
+    # (partition, forward, where the next page starts)
+    reads = [(part, forward, str(ended_ms) if forward else f"({ended_ms}")
+             for part in range(len(parts)) for forward in (True, False)]  # fmt: skip
+    for _ in range(DEAD_PAGES):
+        with translated(store.url):
+            replies = await _replies(client, [
+                ("xrange", (parts[part].dead(),), {"min": at, "max": high, "count": DEAD_PAGE})
+                if forward else
+                ("xrevrange", (parts[part].dead(),), {"max": at, "min": low, "count": DEAD_PAGE})
+                for part, forward, at in reads
+            ])  # fmt: skip
+        following = []
+        for (part, forward, _), found in zip(reads, replies, strict=True):
+            for entry_id, fields in found or []:
+                if text(fields.get(b"job_id", b"")) == job_id:
+                    letter = text(entry_id) if len(parts) == 1 else f"{part}/{text(entry_id)}"
+                    return letter, {text(name): text(value) for name, value in fields.items()}
+            if found and len(found) == DEAD_PAGE:  # more there: the next page after it
+                following.append((part, forward, f"({text(found[-1][0])}"))
+        if not following:
+            return None
+        reads = following
     return None
