@@ -152,6 +152,17 @@ def test_put_backs_duplicates_zombies_and_abandoned_runs_are_not_counted() -> No
     assert counted(recorder) == {}
 
 
+def test_a_first_attempt_that_ends_unrun_counts_its_wait_when_settled() -> None:
+    recorder = ActivityRecorder(LEVELS)
+    expired = Outcome("done", reason="expired: waited 9 s", cancelled=True)
+    recorder.settled(Ending(delivery(enqueued=NOW - 9.0), expired, finished=NOW), owned=True)
+    recorder.settled(Ending(delivery(), Outcome("retry", delay=1)), owned=True)  # a put-back
+    recorder.settled(Ending(delivery(), expired, finished=NOW), owned=False)  # a zombie's
+    assert recorder.take() == {
+        minute_of(NOW): {f"w{bucket_of(9.0)}:normal:default": 1, "cancelled:normal:default": 1}
+    }
+
+
 def test_the_wait_of_first_attempts_only_is_counted_in_the_minute_it_ended() -> None:
     recorder = ActivityRecorder(LEVELS)
     recorder.started(delivery(enqueued=NOW - 2.0), NOW)

@@ -118,12 +118,14 @@ def test_an_ending_without_a_run_counts_its_start_when_settled(
 ) -> None:
     registry = CollectorRegistry()
     metrics = JobMetrics(app, registry)
-    metrics.settled(Ending(delivery(), outcome), True)
+    metrics.settled(Ending(delivery(), outcome, finished=ENQUEUED + 9), True)
     assert value(registry, "lockgate_jobs_started_total", task="charge", level="critical") == 1
     name, ended = counted
     labels = {"level": "critical", "outcome": ended} if ended else {}
     assert value(registry, name, task="charge", **labels) == 1
-    assert value(registry, "lockgate_job_wait_seconds_count", level="critical") == 0
+    # Its wait ended there (an expired job's is the longest a queue shows).
+    assert value(registry, "lockgate_job_wait_seconds_count", level="critical") == 1
+    assert value(registry, "lockgate_job_wait_seconds_sum", level="critical") == 9
     # A zombie's settle changed nothing: nothing is counted.
     metrics.settled(Ending(delivery(), outcome), False)
     assert value(registry, "lockgate_jobs_started_total", task="charge", level="critical") == 1

@@ -63,8 +63,9 @@ class JobMetrics:
 
     A run counts as started when its task is called (``started``), or, for one that ends
     without being run (a duplicate, expired, undecodable, wrong arguments), when it is
-    settled; a put-back (rate limited, claim busy, unknown task) is no start, and its
-    wait goes on until the run really starts. So started = ended + skipped + running.
+    settled (its wait too: an expired job waited longest); a put-back (rate limited, claim
+    busy, unknown task) is no start, and its wait goes on until the run really starts. So
+    started = ended + skipped + running.
 
     Args:
         app: the worker's app (for its level names).
@@ -103,10 +104,15 @@ class JobMetrics:
         )  # fmt: skip
 
     def started(self, delivery: Delivery, now: float) -> None:
-        """Count the start; observe the wait of a job's first attempt (its first
-        delivery: a reclaimed one may have started before)."""
+        """Count the start; observe the wait of a job's first attempt."""
         job, level = delivery.job, level_name(self._app, delivery)
         self.started_total.labels(job.task if job else UNKNOWN_TASK, level).inc()
+        self._wait(delivery, level, now)
+
+    def _wait(self, delivery: Delivery, level: str, now: float) -> None:
+        """Observe the wait of a job's first attempt that began or ended unrun at ``now``
+        (its first delivery: a reclaimed one may have begun before)."""
+        job = delivery.job
         if job is not None and job.attempt == 1 and delivery.deliveries == 1 and job.enqueued:
             self.wait_seconds.labels(level).observe(max(0.0, now - job.enqueued))
 
@@ -120,8 +126,9 @@ class JobMetrics:
         if outcome == "put_back":
             reason = put_back_reason(ending.outcome)
             self.put_back_total.labels(task, level, reason).inc()
-        elif not ending.started:  # ended without being run: its start is counted here
-            self.started_total.labels(task, level).inc()
+        elif not ending.started:  # ended without being run: its start (and its wait, an
+            self.started_total.labels(task, level).inc()  # expired job's the longest)
+            self._wait(delivery, level, ending.finished)
         if outcome == "skipped":
             self.skipped_total.labels(task).inc()
         elif outcome != "put_back":

@@ -52,7 +52,8 @@ class ActivityRecorder:
 
     def started(self, delivery: Delivery, now: float) -> None:
         """Count the wait of a job's first attempt when its run begins (after any
-        put-backs; not a redelivery, which may have begun before)."""
+        put-backs; not a redelivery, which may have begun before), or when it ends unrun
+        (expired, a duplicate: see :meth:`settled`)."""
         job = delivery.job
         if job is None or job.attempt != 1 or delivery.deliveries != 1:
             return
@@ -68,6 +69,8 @@ class ActivityRecorder:
             delivery = ending.delivery
             at = ending.finished or time.time()
             self.count(stat, delivery.queue, self._level(delivery.level), at)
+        if owned and ended not in (None, "put_back") and not ending.started:
+            self.started(ending.delivery, ending.finished or time.time())  # its wait ended
 
     def count(self, stat: str, queue: str, level: str, at: float, amount: int = 1) -> None:
         """Add ``amount`` to counter ``stat`` of a queue and level, in the minute of Unix
