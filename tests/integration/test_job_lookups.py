@@ -3,15 +3,26 @@ job's worker among many runs, and masking by the viewer's declaration (issue 28)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from types import ModuleType
 
 import pytest
 import redis
+from cli_runs import cli_app_module, invoke
+from test_dashboard import Serve
+from test_dashboard import serve as serve  # the fixture, re-exported
 
+from conftest import drain
 from lockgate import App
 from lockgate.backend import windows
+from lockgate.core.masking import MASK
+from lockgate.ops.deadletter import list_dead
 
 BASE_MS = 1_700_000_000_000
+SPEC = "secret_app:app"
+CARD, EMAIL, DECLINED = "tok_4242_secret", "someone@example.com", "tok_9999_secret"
 
 
 def letter(rclient: redis.Redis, dead: str, ms: int, job_id: str) -> str:
@@ -44,3 +55,43 @@ async def test_a_dead_letter_is_found_among_many_around_its_end(
     assert found is not None
     assert found[0] == ours and found[1]["error"] == "boom ours"
     assert await windows.dead_letter_of(app.store, "nobody", BASE_MS + ended_at) is None
+
+
+@pytest.fixture
+def viewer(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """``secret_app``: an App that declares ``charge`` and ``refuse`` with secret_args."""
+    with cli_app_module(redis_url, namespace, monkeypatch, "secret_app") as module:
+        yield module
+
+
+async def test_the_viewers_declaration_masks_jobs_enqueued_without_the_flag(
+    make_app: Callable[..., App], viewer: ModuleType, serve: Serve
+) -> None:
+    producer = make_app()  # an older producer: its tasks lack secret_args
+
+    @producer.task(keep_result=60)
+    def charge(card: str, email: str) -> str:
+        return f"charged {card} for {email}"
+
+    @producer.task(retries=0)
+    def refuse(card: str) -> None:
+        raise ValueError("card declined")
+
+    charge.enqueue(CARD, email=EMAIL, job_id="c1")
+    refuse.enqueue(DECLINED, job_id="r1")
+    client = serve(viewer.app)
+    level = producer.default_priority
+    for path in (f"/queues/default/{level}", "/jobs?id=c1", "/jobs?id=r1"):
+        shown = client.get(path).text
+        assert CARD not in shown and DECLINED not in shown and MASK in shown, path
+    await drain(producer)
+    assert producer.job("c1").result == f"charged {CARD} for {EMAIL}"
+    (letter,) = list_dead(viewer.app)
+    assert letter.secret and DECLINED not in letter.job and DECLINED in letter.stored
+    for path in ("/dead", f"/dead/{letter.id}", "/jobs?id=c1", "/jobs?id=r1"):
+        shown = client.get(path).text
+        assert CARD not in shown and DECLINED not in shown, path
+    fields = json.loads((await asyncio.to_thread(invoke, "job", SPEC, "c1", "--json")).stdout)
+    assert fields["result"] == MASK
+    listed = await asyncio.to_thread(invoke, "dlq", SPEC, "list", "--json")
+    assert DECLINED not in listed.stdout and json.loads(listed.stdout)[0]["secret"] is True

@@ -73,3 +73,12 @@ def test_lockgate_job_shows_progress_and_masks_a_secret_result() -> None:
     assert "progress: 42% (rows)" in lines and f'result: "{MASK}"' in lines
     assert job_fields(info)["result"] == {"card": "tok"}
     assert job_lines(JobInfo("j", "running", progress=1.0))[-1] == "progress: 100%"
+
+
+def test_a_job_of_a_task_the_viewer_declares_secret_is_masked_without_the_flag() -> None:
+    stored = codec.encode(codec.Job(id="j", task="t", queue="q", level="high", args=["tok"],
+                                    kwargs={"email": "a@b.c"})).decode()  # fmt: skip
+    shown, secret = shown_job(stored, declared=True)
+    assert secret and "tok" not in shown and "a@b.c" not in shown
+    assert codec.decode(shown).args == [MASK]
+    assert shown_job("not json", declared=True) == (MASK, True)

@@ -10,10 +10,12 @@ from typing import Any
 import click
 import msgspec
 
+from lockgate.api.app import App
 from lockgate.cli.common import EXIT_USAGE, load_app, reported_errors, run_closing
 from lockgate.cli.options import log_level_option, url_option
 from lockgate.core.masking import mask_value
 from lockgate.core.status import JobInfo
+from lockgate.ops.jobs import job_secret, stored_job
 
 
 def job_fields(info: JobInfo, secret: bool = False) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
     """
     app = load_app(app_spec, url)
     with reported_errors():
-        info = run_closing(app, lambda: app.job_async(job_id))
+        info, secret = run_closing(app, lambda: _read(app, job_id))
     if info.status == "unknown":
         click.echo(
             f"error: no job with id {job_id!r} (never enqueued, or it ended longer ago "
@@ -92,12 +94,17 @@ def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
             err=True,
         )
         sys.exit(EXIT_USAGE)
-    declared = app.tasks.get(info.task)  # an ended job's stored job is gone: ask its task
-    secret = declared is not None and declared.settings.secret_args
     if as_json:
         click.echo(json.dumps(job_fields(info, secret), indent=2))
         return
     click.echo("\n".join(job_lines(info, secret)))
+
+
+async def _read(app: App, job_id: str) -> tuple[JobInfo, bool]:
+    """A job's status, and whether it is shown masked (its stored job says so while it
+    is live; the app's declaration of its task, always)."""
+    info = await app.job_async(job_id)
+    return info, job_secret(app, info, await stored_job(app, info))
 
 
 def _iso(moment: datetime | None) -> str | None:

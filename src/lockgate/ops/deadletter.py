@@ -21,7 +21,7 @@ from lockgate.api.app import App
 from lockgate.backend.broker import Outgoing, text
 from lockgate.backend.dead_store import ReplayOutcome
 from lockgate.core import codec
-from lockgate.core.masking import shown_job
+from lockgate.core.masking import is_secret, shown_job
 from lockgate.errors import ConfigError, SerializationError
 
 STREAM_ID = re.compile(r"^\d+(-\d+)?$")
@@ -36,7 +36,8 @@ class DeadLetter:
     """One entry of the dead-letter queue.
 
     ``job`` is the stored job's JSON as a display may show it: a ``secret_args`` task's
-    (``secret``) with its arguments masked (:func:`lockgate.core.masking.shown_job`);
+    (``secret``: the job says so, or the listing App declares its task so) with its
+    arguments masked (:func:`lockgate.core.masking.shown_job`);
     ``error`` and ``traceback`` are as raised. Replays enqueue the job as stored.
     """
 
@@ -73,11 +74,11 @@ def _number(value: str) -> float | None:
         return None
 
 
-def _parse(entry_id: Any, flat: Any) -> DeadLetter:
+def _parse(app: App, entry_id: Any, flat: Any) -> DeadLetter:
     values = {text(k): text(v) for k, v in flat.items()}
     get = values.get
     stored = get("job", "")
-    shown, secret = shown_job(stored)
+    shown, secret = shown_job(stored, is_secret(False, get("task", ""), app.tasks))
     return DeadLetter(
         id=text(entry_id),
         job_id=get("job_id", "?"),
@@ -103,7 +104,7 @@ def _parse(entry_id: Any, flat: Any) -> DeadLetter:
 def list_dead(app: App, limit: int = 1000) -> list[DeadLetter]:
     """The oldest ``limit`` dead letters, oldest first."""
     entries = app.store.dead.entries(count=limit)
-    return [_parse(entry_id, fields) for entry_id, fields in entries]
+    return [_parse(app, entry_id, fields) for entry_id, fields in entries]
 
 
 def show_dead(app: App, entry_id: str) -> DeadLetter | None:
@@ -112,7 +113,7 @@ def show_dead(app: App, entry_id: str) -> DeadLetter | None:
     if not STREAM_ID.match(entry_id.rpartition("/")[2]):
         return None
     entries = app.store.dead.entry(entry_id)
-    return _parse(*entries[0]) if entries else None
+    return _parse(app, *entries[0]) if entries else None
 
 
 @dataclass(frozen=True, slots=True)

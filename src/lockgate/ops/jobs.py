@@ -5,7 +5,8 @@ exist now.
 Each read is a bounded window (see :mod:`lockgate.backend.windows`): a page of
 :data:`PAGE` jobs costs the same however long the queue. Arguments are shown as their JSON
 cut to :data:`ARGS_WIDTH` characters, and a secret job's (``@app.task(secret_args=True)``)
-arguments and result are masked (:mod:`lockgate.core.masking`) before they leave here.
+arguments and result are masked (:mod:`lockgate.core.masking`) before they leave here: a
+job that says so, or whose task the viewing App declares so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from lockgate.backend.partition_record import queue_names
 from lockgate.backend.windows import ListedJob, RunningJob
 from lockgate.core.codec import Job
 from lockgate.core.delays import put_back_reason
-from lockgate.core.masking import mask_args, mask_value
+from lockgate.core.masking import is_secret, mask_args, mask_value
 from lockgate.core.outcome import ErrorInfo
 from lockgate.core.records import enc_hook
 from lockgate.core.status import JobInfo, Status
@@ -31,8 +32,9 @@ from lockgate.ops.inspect import live_workers
 from lockgate.ops.progress import read_progress
 
 __all__ = [
-    "ARGS_WIDTH", "PAGE", "JobPage", "JobRow", "WaitingPage", "job_page", "known_queues",
-    "put_back_reason", "running_jobs", "shown_args", "waiting_jobs",
+    "ARGS_WIDTH", "PAGE", "JobPage", "JobRow", "WaitingPage", "job_page", "job_secret",
+    "known_queues", "put_back_reason", "running_jobs", "shown_args", "stored_job",
+    "waiting_jobs",
 ]  # fmt: skip
 PAGE = 50  # jobs per page
 ARGS_WIDTH = 80  # characters of a job's arguments' JSON shown in a list
@@ -40,11 +42,12 @@ RUNNING_PAGE = 200  # running jobs listed at most
 LIVE: tuple[Status, ...] = ("waiting", "delayed", "running")
 
 
-def shown_args(job: Job, width: int | None = ARGS_WIDTH) -> str:
+def shown_args(job: Job, width: int | None = ARGS_WIDTH, secret: bool = False) -> str:
     """A job's arguments as a display shows them (pure): the JSON of its positional and
-    keyword arguments (``[1, "a"] {"k": 2}``), masked for a secret job, cut to ``width``
-    characters with ``…`` (None: whole)."""
-    args, kwargs = mask_args(job.args, job.kwargs, job.secret)
+    keyword arguments (``[1, "a"] {"k": 2}``), masked for a secret job (``Job.secret``,
+    or ``secret``: the viewer declares its task so), cut to ``width`` characters with
+    ``…`` (None: whole)."""
+    args, kwargs = mask_args(job.args, job.kwargs, job.secret or secret)
     shown = _json(args)
     if kwargs:
         shown += " " + _json(kwargs)
@@ -96,12 +99,15 @@ class JobRow:
     progress: tuple[float, str | None] | None = None
 
 
-def _row(job_id: str, job: Job | None, queue: str, level: str, **more: Any) -> JobRow:
+def _row(
+    app: App, job_id: str, job: Job | None, queue: str, level: str, **more: Any
+) -> JobRow:  # fmt: skip
     if job is None:
         return JobRow(job_id, "", queue, level, "(cannot be decoded)", None, 0, **more)
+    shown = shown_args(job, secret=is_secret(job.secret, job.task, app.tasks))
     return JobRow(
-        job.id, job.task, job.queue, job.level, shown_args(job), job.enqueued or None,
-        job.attempt, job.key, **more,
+        job.id, job.task, job.queue, job.level, shown, job.enqueued or None, job.attempt,
+        job.key, **more,
     )  # fmt: skip
 
 
@@ -140,13 +146,13 @@ async def waiting_jobs(
     window = await windows.waiting(app.store, queue, level, after, count)
     lanes = await windows.lanes(app.store, queue, level, lanes_at, count)
     return WaitingPage(
-        queue, level, [_listed(item, queue, level) for item in window.jobs], window.next,
-        [_listed(item, queue, level) for item in lanes.jobs], lanes.next,
+        queue, level, [_listed(app, item, queue, level) for item in window.jobs], window.next,
+        [_listed(app, item, queue, level) for item in lanes.jobs], lanes.next,
     )  # fmt: skip
 
 
-def _listed(item: ListedJob, queue: str, level: str) -> JobRow:
-    return _row(item.job_id, item.job, queue, level, behind=item.behind)
+def _listed(app: App, item: ListedJob, queue: str, level: str) -> JobRow:
+    return _row(app, item.job_id, item.job, queue, level, behind=item.behind)
 
 
 async def running_jobs(app: App, queues: Sequence[str], count: int = RUNNING_PAGE) -> list[JobRow]:
@@ -160,18 +166,20 @@ async def running_jobs(app: App, queues: Sequence[str], count: int = RUNNING_PAG
     # The workers' heartbeats name their runs with their starts (the streams backend
     # keeps none of its own).
     starts = {job_id: started for info in await live_workers(app) for job_id, started in info.jobs}
-    return [_running_row(job, progress.get(job.job_id), starts.get(job.job_id)) for job in found]
+    return [
+        _running_row(app, job, progress.get(job.job_id), starts.get(job.job_id)) for job in found
+    ]
 
 
 def _running_row(
-    job: RunningJob, progress: tuple[float, str | None] | None, noted: float | None
+    app: App, job: RunningJob, progress: tuple[float, str | None] | None, noted: float | None
 ) -> JobRow:
     queue = job.job.queue if job.job is not None else "?"
     level = job.job.level if job.job is not None else "?"
     started = job.started_ms / 1000 if job.started_ms is not None else noted
     seen = job.seen_ms / 1000 if job.seen_ms is not None else None
     return _row(
-        job.job_id, job.job, queue, level, worker=job.worker, deliveries=job.deliveries,
+        app, job.job_id, job.job, queue, level, worker=job.worker, deliveries=job.deliveries,
         started_at=started, seen=seen, progress=progress,
     )  # fmt: skip
 
@@ -219,11 +227,8 @@ async def job_page(app: App, job_id: str, now: float) -> JobPage:
         ConnectionFailed: Redis cannot be reached.
     """
     info = await app.job_async(job_id)
-    job = None
-    if info.status in LIVE:
-        _, data, *_ = await app.store.jobs.status_async(job_id)
-        job = decode_job(data) if data else None
-    secret = job.secret if job is not None else _secret_task(app, info.task)
+    job = await stored_job(app, info)
+    secret = job_secret(app, info, job)
     running = None
     if info.status == "running" and job is not None:
         rows = await running_jobs(app, (job.queue,))
@@ -244,17 +249,30 @@ async def job_page(app: App, job_id: str, now: float) -> JobPage:
                               fields.get("traceback", ""))  # fmt: skip
             info = replace(info, error=error)
     return JobPage(
-        info, job, secret, shown_args(job, None) if job is not None else "",
+        info, job, secret, shown_args(job, None, secret) if job is not None else "",
         mask_value(info.result, secret), running, waited, ran, letter[0] if letter else None,
         put_back_reason(job) if job is not None and info.status == "delayed" else "",
     )  # fmt: skip
 
 
-def _secret_task(app: App, task: str) -> bool:
-    """Whether the app declares ``task`` with ``secret_args`` (an ended job's stored job
-    is gone: its task says)."""
-    declared = app.tasks.get(task)
-    return declared is not None and declared.settings.secret_args
+async def stored_job(app: App, info: JobInfo) -> Job | None:
+    """The stored job of a job that waits, is delayed or runs (one read); None for an
+    ended one (its stored job is gone) or one that cannot be decoded.
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    if info.status not in LIVE:
+        return None
+    _, data, *_ = await app.store.jobs.status_async(info.id)
+    return decode_job(data) if data else None
+
+
+def job_secret(app: App, info: JobInfo, job: Job | None) -> bool:
+    """Whether a display of the job masks its arguments and result (pure): its stored
+    ``job`` says so, or ``app`` (the viewer) declares its task with ``secret_args``."""
+    task = job.task if job is not None else info.task
+    return is_secret(job is not None and job.secret, task, app.tasks)
 
 
 def _stamp(moment: Any) -> float | None:
