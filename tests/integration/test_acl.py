@@ -300,6 +300,45 @@ async def test_flows_run_as_the_restricted_user_with_the_flow_commands(
     assert uncalled(server, FLOWS) == set()
 
 
+async def test_a_traced_flow_keeps_its_links_as_the_restricted_user(
+    server: PrivateRedis, fresh_namespace: str
+) -> None:
+    """Tracing's flow links (``lockgate.otel``) need nothing past the flow commands: each
+    run keeps its span context and the chain's next run links to it, nothing refused."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from lockgate import chain
+    from lockgate.otel import LockgateInstrumentor
+
+    commands = tuple(dict.fromkeys((*STREAMS_COMMANDS, *FLOWS)))
+    app = App(redis_url=add_user(server, "traced", fresh_namespace, commands),
+              namespace=fresh_namespace, backend="streams")  # fmt: skip
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    LockgateInstrumentor().instrument(tracer_provider=provider)
+
+    @app.task
+    async def step(n: int) -> int:
+        return n
+
+    try:
+        await app.enqueue_flow_async(chain(step.message(1), step.message(2)))
+        worker = Worker(app, WorkerConfig(idle_wait=1.0))
+        await asyncio.wait_for(worker.run(burst=True), RUN_TIMEOUT)
+    finally:
+        LockgateInstrumentor().uninstrument()
+        provider.shutdown()
+        await close(app)
+    runs = [s for s in exporter.get_finished_spans() if s.name == "process default"]
+    first, second = sorted(runs, key=lambda s: s.start_time or 0)
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert refusals(server) == []
+
+
 async def test_a_partitioned_namespace_runs_as_the_restricted_user(
     server: PrivateRedis, fresh_namespace: str
 ) -> None:

@@ -61,8 +61,8 @@ def test_every_key_name_of_a_namespace_is_in_its_slot() -> None:
             "activity", "partitions", "wakeup", "tick", "result", "status", "cancel_flag",
             "rate_limit", "paused", "place_keys", "job_record_keys",
             "done_bucket_prefix", "fair_stream", "fair_rotation", "fair_jobs", "fair_limits",
-            "fair_slots", "fair_holds", "key_rate_limit", "flow", "flow_keys", "flow_stage",
-            "flows_releasing", "step_result", "relayed", "history", "history_tasks",
+            "fair_slots", "fair_holds", "key_rate_limit", "flow", "flow_keys", "flow_traces",
+            "flow_stage", "flows_releasing", "step_result", "relayed", "history", "history_tasks",
             "progress"} <= set(names)  # fmt: skip
     expected = slot(keys.prefix)
     for method, values in names.items():

@@ -322,7 +322,7 @@ class Flows:
         """Keep the trace context of the run of the job at ``position`` for ``ttl_ms``
         (renewed by each), in a key of its own: links are best effort, never the flow's."""
         client, _ = await self._store.async_connection()
-        key = self.keys(flow_id).flow(flow_id) + ":traces"
+        key = self.keys(flow_id).flow_traces(flow_id)
         with translated(self._store.url):
             async with client.pipeline(transaction=False) as pipe:
                 pipe.hset(key, str(position), traceparent)
@@ -334,7 +334,7 @@ class Flows:
         if not positions:
             return []
         client, _ = await self._store.async_connection()
-        key = self.keys(flow_id).flow(flow_id) + ":traces"
+        key = self.keys(flow_id).flow_traces(flow_id)
         with translated(self._store.url):
             found = await client.hmget(key, [str(p) for p in positions])
         return cast(list[bytes | None], found)

@@ -297,6 +297,12 @@ class Keys:
         base = self.flow(flow_id)
         return [base, *(f"{base}:{part}" for part in FLOW_PARTS)]
 
+    def flow_traces(self, flow_id: str) -> str:
+        """A hash of a traced flow's runs' span contexts (``traceparent`` by position),
+        what its jobs' spans link to (``lockgate.otel``): kept apart from :meth:`flow_keys`,
+        best effort, expiring ``flow_ttl`` after its last write."""
+        return f"{self.flow(flow_id)}:traces"
+
     def flow_stage(self, flow_id: str, token: str) -> str:
         """Where one ``enqueue_flow`` call stages the flow's jobs before its commit renames
         them to :meth:`flow`'s keys (expiring if the caller dies before then)."""
