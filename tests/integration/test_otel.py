@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 from conftest import WAIT_TIMEOUT, drain, running, wait_until, worker_for
 from lockgate import App, chain, group
+from lockgate.backend.flow_store import Flows
 from lockgate.core.codec import decode
 from lockgate.ops.deadletter import list_dead, replay
 from lockgate.otel import LockgateInstrumentor
@@ -228,6 +229,69 @@ async def test_a_flow_callback_is_a_child_of_the_enqueue_flow_span(
     assert sorted(link.context.span_id for link in callback.links) == sorted(
         p.context.span_id for p in parts
     )
+
+
+async def flow_done(app: App, flow_id: str) -> bool:
+    return (await app.flow_async(flow_id)).state == "done"
+
+
+async def test_a_flow_job_whose_trace_cannot_be_kept_runs_once_and_its_flow_goes_on(
+    make_app: Callable[..., App],
+    exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Keeping a run's trace context is best effort: even an unexpected failure of it
+    costs the links only, never the run's ending (lost, it would leave the entry pending
+    for the job to run again)."""
+    app = make_app()
+    runs: list[str] = []
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError("the traces hash is gone")
+
+    monkeypatch.setattr(Flows, "record_trace_async", broken)
+
+    @app.task
+    async def step(name: str) -> None:
+        runs.append(name)
+
+    result = await app.enqueue_flow_async(chain(step.message("first"), step.message("second")))
+    async with running(worker_for(app)):
+        await wait_until(lambda: flow_done(app, result.flow_id), message="the flow to end")
+    assert runs == ["first", "second"]
+    attempts = spans(exporter, "process default")
+    assert len(attempts) == 2
+    assert [list(a.links) for a in attempts] == [[], []]  # nothing kept to link to
+    assert "its trace context could not be kept" in caplog.text
+
+
+async def test_a_stop_during_a_slow_trace_write_cancels_a_run_whose_task_has_not_run(
+    make_app: Callable[..., App],
+    exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing is awaited between a task's return and the hand-off of its ending: a stop
+    that cancels a run held up keeping its trace context finds the task not run yet (its
+    entry, left pending, runs it once later), never run and its ending dropped."""
+    app = make_app()
+    runs: list[str] = []
+    writing = asyncio.Event()
+
+    async def slow(*args: object) -> None:
+        writing.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    monkeypatch.setattr(Flows, "record_trace_async", slow)
+
+    @app.task
+    async def step(name: str) -> None:
+        runs.append(name)
+
+    await app.enqueue_flow_async(chain(step.message("first"), step.message("second")))
+    async with running(worker_for(app, grace_period=0.1)):
+        await asyncio.wait_for(writing.wait(), WAIT_TIMEOUT)
+    assert runs == []
 
 
 async def test_json_log_lines_carry_the_trace_and_span_ids(

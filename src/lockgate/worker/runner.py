@@ -209,15 +209,25 @@ class JobRunner:
 
     async def _run_traced(self, hooks: tracing.TraceHooks, delivery: Delivery, job: Job) -> Ending:
         """:meth:`run` in the attempt's span, current while its task runs (a sync task's
-        thread gets a copy of the context, a child process a copy of the thread's)."""
+        thread gets a copy of the context, a child process a copy of the thread's).
+
+        A flow job's span context is kept for its children when the span starts, before
+        the task runs, never after: nothing is awaited between a task's return and the
+        hand-off of its ending, which a stop's cancel or a failure there would drop (the
+        entry left pending, the finished job run again). Kept at each start, the one
+        kept last is the attempt that ended done: a child runs only once all its parents
+        are done, and a done job starts no other attempt (but for a redelivery turned
+        back while the run it repeats goes on: then the link names that attempt's span,
+        in the same trace). A stop or a failure while it is kept costs a run whose task
+        has not started (its entry runs it later, once), or the links (best effort)."""
         links = await flow_traces.parent_traces(self.app, job) if job.flow else []
         with hooks.process(job, delivery.queue, time.time(), links) as attempt:
+            if job.flow is not None:
+                await flow_traces.record_trace(self.app, job, hooks.carrier())
             ending = self.with_read_claim(await self._run(delivery))
             ending.finished = time.time()
             attempt.end(ending.outcome)
             ending.trace_ids = attempt.ids
-            if job.flow is not None and ending.outcome.kind == "done":
-                await flow_traces.record_trace(self.app, job, hooks.carrier())
         return ending
 
     def cancel(self, job_id: str, take: str) -> bool:
