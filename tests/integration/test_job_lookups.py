@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -14,11 +15,12 @@ from cli_runs import cli_app_module, invoke
 from test_dashboard import Serve
 from test_dashboard import serve as serve  # the fixture, re-exported
 
-from conftest import drain
+from conftest import drain, running, wait_until, worker_for
 from lockgate import App
 from lockgate.backend import windows
 from lockgate.core.masking import MASK
 from lockgate.ops.deadletter import list_dead
+from lockgate.ops.jobs import RUNNING_PAGE, job_page
 
 BASE_MS = 1_700_000_000_000
 SPEC = "secret_app:app"
@@ -95,3 +97,32 @@ async def test_the_viewers_declaration_masks_jobs_enqueued_without_the_flag(
     assert fields["result"] == MASK
     listed = await asyncio.to_thread(invoke, "dlq", SPEC, "list", "--json")
     assert DECLINED not in listed.stdout and json.loads(listed.stdout)[0]["secret"] is True
+
+
+@pytest.mark.parametrize("backend", ["streams", "sorted"])
+async def test_a_running_jobs_page_finds_its_own_run_among_many(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    app = make_app(backend=backend)
+    release, started = asyncio.Event(), []
+
+    @app.task(queue="busy")
+    async def hold(n: int) -> None:
+        started.append(n)
+        await release.wait()
+
+    total = RUNNING_PAGE + 10
+    app.enqueue_many([hold.message(n, job_id=f"h{n:03}") for n in range(total)])
+    worker = worker_for(app, concurrency=total, queues=("busy",))
+    try:
+        async with running(worker):
+            await wait_until(lambda: len(started) == total)
+            pages = [await job_page(app, f"h{n:03}", time.time()) for n in range(total)]
+            assert [page.info.status for page in pages] == ["running"] * total
+            assert [page.running.worker if page.running else "" for page in pages] == [
+                worker.name
+            ] * total
+            assert all(page.running and page.running.id == page.info.id for page in pages)
+            release.set()
+    finally:
+        release.set()

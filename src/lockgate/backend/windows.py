@@ -12,7 +12,8 @@ group's last-delivered id (those before it were handed out: running, or gone onc
 settled); a keyed job (``@app.task(key_by=...)``) waits in its lane's stream
 (``Keys.fair_jobs``), the lanes taking turns in the level's rotation (a sorted set,
 ``Keys.fair_rotation``), and runs from the level's delivery stream (``Keys.fair_stream``).
-Running jobs are the group's pending entries (XPENDING) of both streams. Sorted backend:
+Running jobs are the group's pending entries (XPENDING) of both streams; one running job
+is its marker's entry's row among them (XPENDING of that id alone). Sorted backend:
 one ranked set per queue (every level), a keyed job's head in it and the rest of its lane
 behind it (``Keys.sorted_lane``); running jobs are the in-flight set, whose owner tokens
 say the worker and the server time of the take.
@@ -21,6 +22,7 @@ say the worker and the server time of the take.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ from lockgate.core.codec import Job
 # The waiting jobs of one rank read past a cursor of that rank (sorted backend): ranks are
 # enqueue stamps in microseconds less a level's head start, so ties are rare.
 TIES = 32
+STREAM_ENTRY = re.compile(r"^\d+-\d+$")  # a marker's entry id (lua/_marker.lua)
 DEAD_SPAN_MS = 120_000  # a dead letter is looked for this far either side of the job's end
 DEAD_PAGE = 100  # letters read at a time, outward from the job's end
 DEAD_PAGES = 10  # pages read each way at most (1,000 letters each side)
@@ -310,6 +313,50 @@ async def _sorted_running(
         worker, deliveries, stamp = _owner(text(owner or b""))
         found.append(RunningJob(job_id, decode_job(data), worker, deliveries, stamp))
     return found
+
+
+async def running_job(store: Store, job_id: str) -> RunningJob | None:
+    """Job ``job_id``'s run, read from its own place alone (a few commands, however many
+    jobs run): the entry its marker names and that entry's row of the group's pending
+    entries (streams), or its in-flight score and owner token (sorted backend); None when
+    it does not run.
+
+    Raises:
+        ConnectionFailed: Redis cannot be reached.
+    """
+    client, _ = await store.async_connection()
+    parts = store.layout.parts
+    with translated(store.url):
+        markers = await _replies(client, [("get", (keys.job(job_id),), {}) for keys in parts])
+        placed = next(((keys, text(m)) for keys, m in zip(parts, markers, strict=True) if m), None)
+        if placed is None:
+            return None
+        keys, marker = placed
+        words = marker.split(" ")
+        if words[0] == "sorted" and len(words) == 2:
+            q = keys.sorted_keys(words[1])
+            held, data, owner = await _replies(client, [
+                ("zscore", (q.inflight, job_id), {}), ("hget", (q.payloads, job_id), {}),
+                ("hget", (q.owners, job_id), {}),
+            ])  # fmt: skip
+            if held is None:
+                return None
+            worker, deliveries, stamp = _owner(text(owner or b""))
+            return RunningJob(job_id, decode_job(data), worker, deliveries, stamp)
+        entry, stream = words[0], (keys.place_keys(marker) or [""])[0]
+        if not stream or not STREAM_ENTRY.match(entry):
+            return None  # waiting in a lane, delayed, or a marker that names no entry
+        rows, found = await _replies(client, [
+            ("xpending_range", (stream, GROUP), {"min": entry, "max": entry, "count": 1}),
+            ("xrange", (stream,), {"min": entry, "max": entry, "count": 1}),
+        ])  # fmt: skip
+    if not rows:
+        return None
+    row = rows[0]
+    return RunningJob(
+        job_id, _job_of(found[0][1])[1] if found else None, text(row["consumer"]),
+        int(row["times_delivered"]), seen_ms=int(row["time_since_delivered"]),
+    )  # fmt: skip
 
 
 def _owner(token: str) -> tuple[str, int, int | None]:

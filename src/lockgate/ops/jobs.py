@@ -161,11 +161,19 @@ async def running_jobs(app: App, queues: Sequence[str], count: int = RUNNING_PAG
     Raises:
         ConnectionFailed: Redis cannot be reached.
     """
-    found = await windows.running(app.store, queues, app.levels.names, count)
+    return await _running_rows(
+        app, await windows.running(app.store, queues, app.levels.names, count)
+    )
+
+
+async def _running_rows(app: App, found: list[RunningJob]) -> list[JobRow]:
+    """Rows of running jobs, with their progress and starts."""
     progress = await _progress(app, [job.job_id for job in found])
     # The workers' heartbeats name their runs with their starts (the streams backend
     # keeps none of its own).
-    starts = {job_id: started for info in await live_workers(app) for job_id, started in info.jobs}
+    starts = {} if all(job.started_ms is not None for job in found) else {
+        job_id: started for info in await live_workers(app) for job_id, started in info.jobs
+    }  # fmt: skip
     return [
         _running_row(app, job, progress.get(job.job_id), starts.get(job.job_id)) for job in found
     ]
@@ -220,8 +228,8 @@ class JobPage:
 
 async def job_page(app: App, job_id: str, now: float) -> JobPage:
     """Everything the job page shows of ``job_id`` (bounded reads: its status, its stored
-    job while it is live, the running list of its queue to find its worker, and the dead
-    letters written around its end).
+    job while it is live, its own run while it runs, and the dead letters written around
+    its end).
 
     Raises:
         ConnectionFailed: Redis cannot be reached.
@@ -230,9 +238,9 @@ async def job_page(app: App, job_id: str, now: float) -> JobPage:
     job = await stored_job(app, info)
     secret = job_secret(app, info, job)
     running = None
-    if info.status == "running" and job is not None:
-        rows = await running_jobs(app, (job.queue,))
-        running = next((row for row in rows if row.id == job_id), None)
+    if info.status == "running":  # its own run alone, however many run
+        found = await windows.running_job(app.store, job_id)
+        running = (await _running_rows(app, [found]))[0] if found is not None else None
     started = running.started_at if running is not None else _stamp(info.started_at)
     enqueued = _stamp(info.enqueued_at)
     finished = _stamp(info.finished_at)
