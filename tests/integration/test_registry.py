@@ -249,3 +249,37 @@ def test_stats_shows_live_workers_only_and_what_ran(
                 by_header["dead"]) == ("2", "4", "2", "1")  # fmt: skip
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_run_that_never_settles_drops_out_of_the_heartbeat(
+    make_app: Callable[..., App], backend: str
+) -> None:
+    """A run whose ending is dropped (an async task that raised CancelledError itself:
+    abandoned, no claim to release, left pending) is no longer listed once its run ended."""
+    app = make_app(backend=backend)
+    gate, ran = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def vanish() -> None:
+        ran.set()
+        await gate.wait()
+        raise asyncio.CancelledError
+
+    worker = worker_for(app, concurrency=2)
+    async with running(worker):
+        job = await vanish.enqueue_async()
+
+        async def listed() -> tuple[str, ...] | None:
+            found = await live_workers(app)
+            return tuple(job_id for job_id, _ in found[0].jobs) if found else None
+
+        await wait_until(lambda: ran.is_set())
+        assert await wait_until(listed) == (job.job_id,)  # listed while it runs
+        gate.set()
+
+        async def none_listed() -> bool:
+            return await listed() == ()
+
+        await wait_until(none_listed, timeout=10, message="the heartbeat lists no run")
+        assert (await app.job_async(job.job_id)).status == "running"  # left pending

@@ -401,7 +401,7 @@ class Worker:
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        self._registry.runs.ended(self._running.pop(task, None))  # settled or not
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("a run failed outside its task: %r", task.exception())

@@ -47,7 +47,9 @@ def lockgate_version() -> str:
 class RunStarts:
     """A watcher noting when each run of this worker started, for its registry entry
     (the dashboard's running jobs and job pages show it; the streams backend keeps no
-    start of its own)."""
+    start of its own). A run is forgotten when it settles, or when its run ended without
+    an ending that settles (an abandoned run's dropped ending, a runner's bug: the
+    worker's loop says so, :meth:`ended`), so none stays listed."""
 
     def __init__(self) -> None:
         self._starts: dict[tuple[str, str], tuple[str, float]] = {}
@@ -59,6 +61,11 @@ class RunStarts:
     def settled(self, ending: Ending, owned: bool) -> None:
         """Forget the run."""
         self._starts.pop((ending.delivery.source, ending.delivery.ref), None)
+
+    def ended(self, delivery: Delivery | None) -> None:
+        """Forget the run of ``delivery``, whose task ended (None: none)."""
+        if delivery is not None:
+            self._starts.pop((delivery.source, delivery.ref), None)
 
     def listed(self, most: int) -> tuple[tuple[str, float], ...]:
         """The runs going on (job id, start), the first ``most`` started."""
