@@ -81,6 +81,8 @@ def test_job_of_a_waiting_job_and_of_an_unknown_one(cli: ModuleType) -> None:
     assert (fields["status"], fields["task"], fields["attempts"]) == ("waiting", "later", 0)
     assert fields["queue"] == "default"
     assert fields["result_kept"] is False and fields["enqueued_at"] is not None
+    assert fields["arguments"] == "[1]"  # known while it waits, runs or is delayed
+    assert "arguments: [1]" in invoke("job", SPEC, waiting.job_id).stdout.splitlines()
 
     unknown = invoke("job", SPEC, "no-such-job")
     assert unknown.exit_code == 2

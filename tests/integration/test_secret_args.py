@@ -91,6 +91,19 @@ def test_secret_arguments_reach_the_task_and_are_masked_wherever_shown(
     assert DECLINED not in one.stdout and json.loads(one.stdout)["secret"] is True
 
 
+def test_lockgate_job_masks_a_waiting_secret_jobs_arguments(secret: ModuleType) -> None:
+    secret.charge.enqueue(CARD, email=EMAIL, job_id="charge-2")
+    secret.plain.enqueue("visible-token", job_id="plain-2")
+    shown = invoke("job", SPEC, "charge-2")
+    assert shown.exit_code == 0, shown.output
+    assert f'arguments: ["{MASK}"] {{"email":"{MASK}"}}' in shown.stdout.splitlines()
+    fields = json.loads(invoke("job", SPEC, "charge-2", "--json").stdout)
+    assert fields["arguments"] == f'["{MASK}"] {{"email":"{MASK}"}}'
+    assert CARD not in shown.stdout + json.dumps(fields) and EMAIL not in shown.stdout
+    plain = json.loads(invoke("job", SPEC, "plain-2", "--json").stdout)
+    assert plain["arguments"] == '["visible-token"]'
+
+
 def test_a_replayed_secret_job_stays_secret(secret: ModuleType) -> None:
     secret.refuse.enqueue(DECLINED, job_id="refuse-2")
     work_off_logged(secret.app)

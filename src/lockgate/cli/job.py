@@ -15,13 +15,15 @@ from lockgate.cli.common import EXIT_USAGE, load_app, reported_errors, run_closi
 from lockgate.cli.options import log_level_option, url_option
 from lockgate.core.masking import mask_value
 from lockgate.core.status import JobInfo
-from lockgate.ops.jobs import job_secret, stored_job
+from lockgate.ops.jobs import job_secret, shown_args, stored_job
 
 
-def job_fields(info: JobInfo, secret: bool = False) -> dict[str, Any]:
+def job_fields(info: JobInfo, secret: bool = False, arguments: str | None = None) -> dict[str, Any]:
     """A job as ``lockgate job --json`` prints it (pure): id, status, task, queue (while it
-    waits or runs), attempts, times (ISO 8601, UTC; null when not known), reason, key,
-    ``progress`` and ``progress_note`` (null when never reported), and, when its task
+    waits or runs), ``arguments`` (their JSON while it waits, is delayed or runs, as
+    given: masked for a secret job; null once it ended: they are not kept), attempts,
+    times (ISO 8601, UTC; null when not known), reason, key, ``progress`` and
+    ``progress_note`` (null when never reported), and, when its task
     keeps them, ``result`` (as JSON, its repr when it has no JSON form; masked when
     ``secret``, see :mod:`lockgate.core.masking`) and ``error`` (type, message,
     traceback: as raised, even when ``secret``)."""
@@ -32,6 +34,7 @@ def job_fields(info: JobInfo, secret: bool = False) -> dict[str, Any]:
         "status": info.status,
         "task": info.task or None,
         "queue": info.queue or None,
+        "arguments": arguments,
         "attempts": info.attempts,
         "enqueued_at": _iso(info.enqueued_at),
         "started_at": _iso(info.started_at),
@@ -48,14 +51,15 @@ def job_fields(info: JobInfo, secret: bool = False) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def job_lines(info: JobInfo, secret: bool = False) -> list[str]:
+def job_lines(info: JobInfo, secret: bool = False, arguments: str | None = None) -> list[str]:
     """A job as ``lockgate job`` prints it (pure): one ``name: value`` line per field
     known (``progress: 42% (note)``), the error's traceback last; a ``secret`` job's
-    result masked."""
-    fields = job_fields(info, secret)
+    arguments and result masked."""
+    fields = job_fields(info, secret, arguments)
     lines = [f"job {info.id}: {info.status}"]
     shown = (
-        "task", "queue", "attempts", "enqueued_at", "started_at", "finished_at", "reason", "key",
+        "task", "queue", "arguments", "attempts", "enqueued_at", "started_at", "finished_at",
+        "reason", "key",
     )  # fmt: skip
     lines += [f"{name}: {fields[name]}" for name in shown if fields[name] is not None]
     if info.progress is not None:
@@ -78,15 +82,16 @@ def job_lines(info: JobInfo, secret: bool = False) -> list[str]:
 @log_level_option
 def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
     """Show job JOB_ID of MODULE:APP: its status (waiting, delayed, running, done, dead,
-    cancelled), task, attempts, times, progress, and its result or error when its task
-    keeps them (``keep_result``; a ``secret_args`` task's result is masked).
+    cancelled), task, arguments (until it ends), attempts, times, progress, and its
+    result or error when its task keeps them (``keep_result``; a ``secret_args`` task's
+    arguments and result are masked).
 
     Exits 2 when the job is unknown (never enqueued, or it ended longer ago than the app
     keeps statuses, ``status_ttl``).
     """
     app = load_app(app_spec, url)
     with reported_errors():
-        info, secret = run_closing(app, lambda: _read(app, job_id))
+        info, secret, arguments = run_closing(app, lambda: _read(app, job_id))
     if info.status == "unknown":
         click.echo(
             f"error: no job with id {job_id!r} (never enqueued, or it ended longer ago "
@@ -95,16 +100,19 @@ def job(app_spec: str, job_id: str, as_json: bool, url: str | None) -> None:
         )
         sys.exit(EXIT_USAGE)
     if as_json:
-        click.echo(json.dumps(job_fields(info, secret), indent=2))
+        click.echo(json.dumps(job_fields(info, secret, arguments), indent=2))
         return
-    click.echo("\n".join(job_lines(info, secret)))
+    click.echo("\n".join(job_lines(info, secret, arguments)))
 
 
-async def _read(app: App, job_id: str) -> tuple[JobInfo, bool]:
-    """A job's status, and whether it is shown masked (its stored job says so while it
-    is live; the app's declaration of its task, always)."""
+async def _read(app: App, job_id: str) -> tuple[JobInfo, bool, str | None]:
+    """A job's status, whether it is shown masked (its stored job says so while it is
+    live; the app's declaration of its task, always), and its arguments as shown (while
+    it is live)."""
     info = await app.job_async(job_id)
-    return info, job_secret(app, info, await stored_job(app, info))
+    job = await stored_job(app, info)
+    secret = job_secret(app, info, job)
+    return info, secret, None if job is None else shown_args(job, None, secret)
 
 
 def _iso(moment: datetime | None) -> str | None:
