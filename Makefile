@@ -40,8 +40,17 @@ prometheus:
 	@test -x /usr/bin/prometheus || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
+# The tests run in TEST_WORKERS parallel processes (pytest-xdist's -n): each test has its
+# own namespace on the shared Redis, its own private servers and ports, and most of their
+# time is waiting (leases, timeouts, subprocesses), so 4 processes pay even on 2 cores.
+# The tests marked serial (they read or change what every test shares, e.g. the shared
+# Redis's command stats) run after them, alone. Both runs always run; either failing fails
+# the target; exit code 5 of the second is no serial test selected, no failure.
+# TEST_WORKERS=0 runs the first in one process; plain `pytest` runs everything serially.
+TEST_WORKERS ?= 4
 test: install-test browser faketime prometheus
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; status=$$?; \
+	$(BIN)/pytest -m serial || [ $$? = 5 ] || status=1; exit $$status
 
 # The Django tests again on Django 6 (django.tasks), which needs Python >= 3.12: the main
 # venv is 3.11 with the django-tasks backport. In a venv of its own, made with pyenv's
@@ -56,13 +65,18 @@ $(VENV312)/bin/python:
 
 test-django6: $(VENV312)/bin/python
 	$(VENV312)/bin/pip install -q -e '.[test]' 'django>=6'
-	$(VENV312)/bin/pytest -q tests/integration/test_django_tasks.py tests/integration/test_django_example.py
+	$(VENV312)/bin/pytest -q -n $(TEST_WORKERS) \
+		tests/integration/test_django_tasks.py tests/integration/test_django_example.py
 
 # The integration and chaos tiers again, against a local Redis Cluster (3 primaries and 3
 # replicas of private redis-server processes, started and removed by the tests); release
-# 0.1 in the rolling-deploy test never ran on a cluster (marker single_node).
+# 0.1 in the rolling-deploy test never ran on a cluster (marker single_node). In parallel
+# as `make test`: each pytest-xdist process starts a cluster of its own for the session.
 test-cluster: install-test faketime
-	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest tests/integration tests/chaos -m "not single_node"
+	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest -n $(TEST_WORKERS) tests/integration tests/chaos \
+		-m "not single_node and not serial"; status=$$?; \
+	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest tests/integration tests/chaos \
+		-m "not single_node and serial" || [ $$? = 5 ] || status=1; exit $$status
 
 # The docs site; --strict turns every warning (a broken link, a bad docstring) into a failure.
 docs: install-docs

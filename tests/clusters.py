@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,11 +29,12 @@ from typing import Self
 
 import redis
 
+from free_ports import free_port
 from lockgate.backend.connections import forget_server
 
 START_TIMEOUT = 30.0
 POLL = 0.05
-MAX_PORT = 55_000  # the cluster bus listens at port + 10000
+PORT_TRIES = 3  # a node whose port was taken between the pick and its start: elsewhere
 CLUSTER_OPTIONS = (
     "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
     "--cluster-node-timeout", "2000",
@@ -42,19 +42,9 @@ CLUSTER_OPTIONS = (
 
 
 def free_cluster_port(taken: set[int]) -> int:
-    """A free port whose bus port (+10000) is free too."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port > MAX_PORT or port in taken or port + 10_000 in taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
+    """A free port outside ``taken`` whose bus port (+10000) is free too (see
+    tests/free_ports.py: safe across parallel test processes)."""
+    return free_port(bus=True, taken=taken)
 
 
 @dataclass
@@ -85,6 +75,22 @@ class Node:
             "--save", "", "--appendonly", "no", *options,
         ]  # fmt: skip
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start_on_a_free_port(self, binary: str, taken: set[int], *options: str) -> None:
+        """Start the node on a free port (its bus port free too) and wait until it
+        answers; a port taken by another process in between is replaced by another."""
+        for attempt in range(PORT_TRIES):
+            self.port = free_cluster_port(taken)
+            self.start(binary, *options)
+            process = self.process
+            assert process is not None
+            wait_for(lambda p=process: p.poll() is not None or self.answers(), "the node answers")
+            if process.poll() is None:
+                taken.update({self.port, self.port + 10_000})
+                return
+            if attempt == PORT_TRIES - 1:
+                log = (self.directory / "redis.log").read_text(errors="replace")
+                raise RuntimeError(f"{binary} on port {self.port} exited:\n{log[-2000:]}")
 
     @property
     def alive(self) -> bool:
@@ -175,12 +181,9 @@ class LocalCluster(ServerSet):
             raise RuntimeError(f"{self.binary} is not on PATH; cluster tests need it")
         taken: set[int] = set()
         for index in range(self.primaries * (1 + self.replicas)):
-            port = free_cluster_port(taken)
-            taken |= {port, port + 10_000}
-            node = Node(port, self.root / f"node-{index}")
-            node.start(binary, *CLUSTER_OPTIONS)
+            node = Node(0, self.root / f"node-{index}")
             self.nodes.append(node)
-        wait_for(lambda: all(node.answers() for node in self.nodes), "nodes answer")
+            node.start_on_a_free_port(binary, taken, *CLUSTER_OPTIONS)
         cli = shutil.which(self.binary.replace("-server", "-cli")) or "redis-cli"
         subprocess.run(
             [cli, "--cluster", "create", *(node.address for node in self.nodes),
@@ -278,13 +281,10 @@ class LocalSentinel(ServerSet):
             raise RuntimeError(f"{self.binary} is not on PATH; Sentinel tests need it")
         taken: set[int] = set()
         for index in range(1 + self.replicas):
-            port = free_cluster_port(taken)
-            taken.add(port)
-            node = Node(port, self.root / f"node-{index}")
+            node = Node(0, self.root / f"node-{index}")
             follow = ("--replicaof", "127.0.0.1", str(self.nodes[0].port)) if index else ()
-            node.start(binary, *follow)
             self.nodes.append(node)
-        wait_for(lambda: all(node.answers() for node in self.nodes), "data nodes answer")
+            node.start_on_a_free_port(binary, taken, *follow)
         primary = self.nodes[0]
         for index in range(3):
             port = free_cluster_port(taken)

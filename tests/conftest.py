@@ -100,6 +100,30 @@ def inspection_client(url: str) -> Any:
     return redis.Redis.from_url(url)
 
 
+def _utf8(text: str) -> str:
+    """``text`` with any lone surrogate escaped (``\\udcff``): a log line may hold one (a
+    file name read with surrogateescape), and pytest-xdist cannot send such a string from a
+    worker, which stops the whole run."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Make every report sendable by pytest-xdist (``make test`` runs tests in parallel):
+    its captured output and its failure text escape lone surrogates."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8(text) != text:
+            report.longrepr = _utf8(text)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def close_apps_at_the_end() -> Iterator[None]:
     """Close the sync clients of Apps still alive when the session ends (module-level

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from free_ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE_URL = "postgresql://127.0.0.1:5432/test"
 SHARED_PORT = 6379
@@ -28,16 +29,10 @@ START_TIMEOUT = 10.0
 RUN_TIMEOUT = 60.0  # per script; each is meant to take seconds
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start(binary: str, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     """Start a server on a free port; a port taken in between is retried."""
     for _ in range(3):
-        port = _free_port()
+        port = free_port()
         if port == SHARED_PORT:
             continue
         argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),

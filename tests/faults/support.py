@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conftest import WAIT_TIMEOUT, wait_until
+from free_ports import free_port
 from lockgate import App, LockgateError
 from lockgate.backend.connections import forget_server
 from lockgate.ops.inspect import queue_stats
@@ -46,13 +47,6 @@ while true do
 end
 return 1
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def redis_server_binary() -> str:

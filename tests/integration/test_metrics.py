@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,8 +33,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_extras import run_without
 
 from conftest import running, wait_until, wait_until_sync, worker_for
+from free_ports import free_port
 from lockgate import App, CancelOutcome, ConfigError, RetryableError, current_job
-from lockgate.integrations.embedded import free_port
 from lockgate.ops.inspect import queue_stats
 from lockgate.ops.metrics import READY_METRIC, SupervisorMetrics, WorkerMetrics
 from lockgate.ops.process_metrics import BUILD_INFO
@@ -344,8 +343,10 @@ def jobs(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Ite
     yield from imported_app("supervisor_app", redis_url, namespace, monkeypatch)
 
 
-def metrics_dirs() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("lockgate-metrics-")}
+def metrics_dirs(root: Path) -> set[str]:
+    """The supervisors' metrics directories in ``root`` (a test's own TMPDIR: another
+    test's supervisor running at the same time has its own)."""
+    return {p for p in os.listdir(root) if p.startswith("lockgate-metrics-")}
 
 
 def test_one_endpoint_sums_the_counts_of_every_worker_process(
@@ -353,7 +354,9 @@ def test_one_endpoint_sums_the_counts_of_every_worker_process(
 ) -> None:
     port = free_port()
     base = f"http://{LOCAL}:{port}"
-    dirs_before = metrics_dirs()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**env, "TMPDIR": str(temp)}
     log = tmp_path / "supervisor.log"
     with log.open("wb") as out:
         supervisor = subprocess.Popen(
@@ -369,6 +372,7 @@ def test_one_endpoint_sums_the_counts_of_every_worker_process(
             lambda: by(scrape(base), "lockgate_workers_ready") == {(): 2},
             message="both worker processes ready",
         )
+        assert len(metrics_dirs(temp)) == 1  # the supervisor's, in its TMPDIR
         # One job at a time each, both held at the gate: each process runs one.
         jobs.hold.enqueue(job_id="held-1")
         jobs.hold.enqueue(job_id="held-2")
@@ -409,7 +413,7 @@ def test_one_endpoint_sums_the_counts_of_every_worker_process(
             supervisor.wait(10)
     text = log.read_text()
     assert "Traceback" not in text, text
-    assert metrics_dirs() == dirs_before  # the supervisor removed its directory
+    assert metrics_dirs(temp) == set()  # the supervisor removed its directory
 
 
 def worker_labels(samples: Samples, name: str = "process_resident_memory_bytes") -> set[str]:

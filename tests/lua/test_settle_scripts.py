@@ -907,6 +907,7 @@ def test_the_compact_form_of_a_done_ending_leaves_what_the_whole_call_leaves(
         assert rclient.xlen(name) == 0 and rclient.xpending(name, GROUP)["pending"] == 0
 
 
+@pytest.mark.serial  # commandstats are the whole server's: other tests' TIMEs would count
 def test_a_settle_many_call_reads_the_server_clock_once_for_all_its_endings(
     scripts: SyncScripts, keys: Keys, rclient: redis.Redis
 ) -> None:
