@@ -92,6 +92,12 @@ def test_sigterm_past_the_grace_period_keeps_the_claim_and_settles_when_the_run_
     first.popen.send_signal(signal.SIGTERM)
     # Well past the grace period and several leases: the run still holds its claim.
     second = spawn(grace=0.3, visibility=1.0)
+    # Serving (on a loaded machine its start takes a while): it joins the registry after
+    # installing its signal handlers, so the SIGTERM below stops it instead of killing it.
+    wait_until_sync(
+        lambda: second.popen.pid in {w.pid for w in app.store.registry.live_workers_sync()},
+        message="the second worker registered",
+    )
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
         claim = rclient.get(claim_key)
