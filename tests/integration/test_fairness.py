@@ -315,10 +315,6 @@ async def test_a_queue_named_fair_is_a_queue_like_any_other(make_app: Callable[.
     assert sorted(started) == ["a", "b"]
 
 
-# Serial: run beside other tests on the shared server (pytest -n 4; 15 copies of it at
-# once: 2 failed), its worker sometimes stops reading the plain jobs (44 left unread in
-# the level's stream, 8 slots free); alone it passes (30 of 30). A worker bug to fix.
-@pytest.mark.serial
 @pytest.mark.parametrize("backend", ["streams", "sorted"])
 async def test_jobs_without_a_key_flow_while_every_key_waits_for_a_slot(
     make_app: Callable[..., App], backend: str

@@ -468,3 +468,41 @@ async def test_a_burst_worker_exits_once_its_last_settle_lands(
     assert time.monotonic() - started < 5.0
     assert sorted(done) == list(range(40))
     assert worker.processed == 40
+
+
+async def test_reads_go_on_when_the_intake_limit_grows_back_under_long_runs(
+    make_app: Callable[..., App],
+) -> None:
+    """A lag spike shrinks the intake limit below the jobs that run for long; once the lag
+    is gone and the limit grows back, the worker reads again though none of them ended
+    (its fetch loop waited for a run to end: on a loaded machine a worker with long jobs
+    stopped taking any new one)."""
+    app = make_app()
+    release, short_release = asyncio.Event(), asyncio.Event()
+    done: list[int] = []
+
+    @app.task
+    async def hold(n: int) -> None:
+        await release.wait()
+
+    @app.task
+    async def short() -> None:
+        await short_release.wait()
+
+    @app.task
+    async def plain(n: int) -> None:
+        done.append(n)
+
+    app.enqueue_many([hold.message(n) for n in range(40)] + [short.message()])
+    worker = worker_for(app, concurrency=48)
+    async with running(worker):
+        await wait_until(lambda: len(worker._running) == 41, message="41 runs")
+        for _ in range(20):  # the lag samples of a spike (the sampler sees ~0 from now on)
+            worker._intake.observe(1.0)
+        assert worker._intake.limit < 40
+        short_release.set()  # a run ends: the fetch loop looks, and finds no free slot
+        await wait_until(lambda: worker.processed == 1, message="the short run ended")
+        await app.enqueue_many_async([plain.message(n) for n in range(10)])
+        await wait_until(lambda: len(done) == 10, message="the plain jobs ran")
+        release.set()
+        await wait_until(lambda: worker.processed == 51)

@@ -39,12 +39,18 @@ class IntakeLimit:
         self.budget = budget
         self.limit = concurrency
 
-    def observe(self, lag: float) -> None:
-        """Learn one lag sample (seconds)."""
+    def observe(self, lag: float) -> bool:
+        """Learn one lag sample (seconds).
+
+        Returns:
+            Whether the limit grew: a read that found no free slot may go on now.
+        """
         if lag > self.budget:
             self.limit = max(self.floor, self.limit - max(1, self.limit // 8))
         elif lag < self.budget / 2 and self.limit < self.ceiling:
             self.limit += 1
+            return True
+        return False
 
     def free(self, running: int) -> int:
         """Slots a read may fill now, with ``running`` jobs running."""
@@ -52,11 +58,16 @@ class IntakeLimit:
 
 
 async def sample_lag(
-    observe: Callable[[float], None], stop: asyncio.Event, every: float = SAMPLE_EVERY
+    observe: Callable[[float], object],
+    stop: asyncio.Event,
+    every: float = SAMPLE_EVERY,
+    grew: Callable[[], object] = lambda: None,
 ) -> None:
     """Measure the loop's lag until ``stop`` is set: every ``every`` seconds, how long a
     callback scheduled with ``call_soon`` waits before it runs (the rest of the turn, the
-    poll, and the callbacks ahead of it), given to ``observe``.
+    poll, and the callbacks ahead of it), given to ``observe``; ``grew`` is called when
+    ``observe`` returns true (the limit grew: wake the reads that wait for a free slot,
+    which no ending of a long run may come to do).
 
     The clock is ``perf_counter``: uvloop's ``loop.time()`` counts whole milliseconds,
     read once per turn.
@@ -66,7 +77,8 @@ async def sample_lag(
         await asyncio.sleep(every)
         measured: asyncio.Future[float] = loop.create_future()
         loop.call_soon(_resolve, measured, time.perf_counter())
-        observe(await measured)
+        if observe(await measured):
+            grew()
 
 
 def _resolve(measured: asyncio.Future[float], scheduled: float) -> None:

@@ -228,7 +228,10 @@ class Worker:
             asyncio.create_task(self._supervised("tick", self._tick_loop)),
             asyncio.create_task(self._supervised("cancel", self._cancel_loop)),
             asyncio.create_task(
-                self._supervised("lag", lambda: sample_lag(self._intake.observe, self._closing))
+                self._supervised(
+                    "lag",
+                    lambda: sample_lag(self._intake.observe, self._closing, grew=self._wake.set),
+                )
             ),
             asyncio.create_task(
                 self._supervised("registry", lambda: self._registry.run(self._closing))
