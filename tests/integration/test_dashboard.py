@@ -27,6 +27,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from conftest import running, wait_until, worker_for
+from free_ports import free_port
 from lockgate import App, Worker
 from lockgate.dashboard import actions, create_app
 from lockgate.dashboard.security import csrf_token, derive_key, login_cookie
@@ -603,12 +604,6 @@ async def test_mounted_in_fastapi_links_and_cookies_stay_under_the_mount(
 
 
 # the command
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_command_refuses_a_public_address_without_a_token() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from test_metrics import imported_app, worker_env
 
-from lockgate.integrations.embedded import free_port
+from free_ports import free_port
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE.parents[1] / "docs" / "grafana" / "lockgate.json"
@@ -130,7 +130,8 @@ def test_every_panel_query_returns_series_from_prometheus_scraping_a_worker(
     assert os.access(PROMETHEUS, os.X_OK), f"{PROMETHEUS} is missing: make prometheus"
     queries = panel_queries(json.loads(DASHBOARD.read_text()))
     enqueue_every_ending(jobs)
-    metrics_port, prometheus_port = free_port(), free_port()
+    metrics_port = free_port()
+    prometheus_port = free_port(taken={metrics_port})
     config = tmp_path / "prometheus.yml"
     config.write_text(json.dumps({  # YAML is a superset of JSON
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

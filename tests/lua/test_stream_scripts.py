@@ -18,9 +18,9 @@ import redis
 import redis.asyncio as aioredis
 
 from conftest import LIVENESS_ARGS, wait_until_sync
+from free_ports import free_port
 from lockgate.backend.keys import GROUP, Keys
 from lockgate.backend.lua import AsyncScripts, ScriptCall, SyncScripts, source
-from lockgate.integrations.embedded import free_port
 
 # Workers named here never beat: each counts as dead as it did before liveness.
 pytestmark = pytest.mark.usefixtures("liveness_of_old")
