@@ -47,9 +47,12 @@ prometheus:
 # Redis's command stats) run after them, alone. Both runs always run; either failing fails
 # the target; exit code 5 of the second is no serial test selected, no failure.
 # TEST_WORKERS=0 runs the first in one process; plain `pytest` runs everything serially.
+# --dist worksteal: a process that runs out of tests takes half of a busy one's queue (the
+# default hands each a long run of tests up front, and the slow ones kept one busy alone).
 TEST_WORKERS ?= 4
+XDIST = -n $(TEST_WORKERS) --dist worksteal
 test: install-test browser faketime prometheus
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; status=$$?; \
+	$(BIN)/pytest $(XDIST) -m "not serial"; status=$$?; \
 	$(BIN)/pytest -m serial || [ $$? = 5 ] || status=1; exit $$status
 
 # The Django tests again on Django 6 (django.tasks), which needs Python >= 3.12: the main
@@ -65,7 +68,7 @@ $(VENV312)/bin/python:
 
 test-django6: $(VENV312)/bin/python
 	$(VENV312)/bin/pip install -q -e '.[test]' 'django>=6'
-	$(VENV312)/bin/pytest -q -n $(TEST_WORKERS) \
+	$(VENV312)/bin/pytest -q $(XDIST) \
 		tests/integration/test_django_tasks.py tests/integration/test_django_example.py
 
 # The integration and chaos tiers again, against a local Redis Cluster (3 primaries and 3
@@ -73,7 +76,7 @@ test-django6: $(VENV312)/bin/python
 # 0.1 in the rolling-deploy test never ran on a cluster (marker single_node). In parallel
 # as `make test`: each pytest-xdist process starts a cluster of its own for the session.
 test-cluster: install-test faketime
-	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest -n $(TEST_WORKERS) tests/integration tests/chaos \
+	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest $(XDIST) tests/integration tests/chaos \
 		-m "not single_node and not serial"; status=$$?; \
 	LOCKGATE_TEST_CLUSTER=1 $(BIN)/pytest tests/integration tests/chaos \
 		-m "not single_node and serial" || [ $$? = 5 ] || status=1; exit $$status
