@@ -119,7 +119,17 @@ class Deploy:
         return proc
 
     def stop(self, proc: Proc) -> None:
-        """SIGTERM, then wait for the exit: a graceful stop, as a deploy tool does it."""
+        """SIGTERM, then wait for the exit: a graceful stop, as a deploy tool does it.
+
+        Once it serves: both generations log "serving queues" after installing their
+        signal handlers; a SIGTERM before (a worker started last, still starting on a
+        loaded machine) would kill it, not stop it.
+        """
+        wait_until_sync(
+            lambda: " serving queues " in proc.log.read_text(errors="replace"),
+            EXIT_TIMEOUT,
+            f"{proc.log.name} to serve",
+        )
         proc.popen.send_signal(signal.SIGTERM)
         exited = f"{proc.log.name} to exit after SIGTERM"
         wait_until_sync(lambda: proc.popen.poll() is not None, EXIT_TIMEOUT, exited)
