@@ -83,3 +83,11 @@ def test_partitions_lists_merge_newest_first_and_cut() -> None:
 def test_undecodable_entries_are_skipped() -> None:
     good = history.pack_end("j1", DONE, 1, 1.0, 2.0)
     assert [e.job_id for e in history.unpack_ends([b"\xc1", good, b"{}"])] == ["j1"]
+
+
+def test_an_error_with_a_lone_surrogate_is_kept_escaped() -> None:
+    name = b"report-\xff.csv".decode("utf-8", "surrogateescape")  # a file name as read
+    failed = dead("failed", ErrorInfo("ValueError", f"cannot parse {name}"))
+    entry = history.read_end(history.pack_end("j1", failed, 1, 1.0, 2.0), "t", "dead")
+    assert entry is not None
+    assert entry.error == "ValueError: cannot parse report-\\udcff.csv"

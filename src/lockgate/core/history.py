@@ -118,10 +118,12 @@ def end_outcome(outcome: Outcome) -> EndOutcome | None:
 
 def error_text(outcome: Outcome) -> str:
     """A failure's short text: ``Type: message`` (or the reason), cut to
-    :data:`ERROR_CHARS` characters."""
+    :data:`ERROR_CHARS` characters; a lone surrogate (a file name read with
+    surrogateescape) escaped, as UTF-8 cannot hold it."""
     error = outcome.error
     text = f"{error.type}: {error.message}" if error is not None else outcome.reason
-    return text[:ERROR_CHARS]
+    text = text[:ERROR_CHARS]
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 def pack_end(job_id: str, outcome: Outcome, attempt: int, started: float, finished: float) -> bytes:
