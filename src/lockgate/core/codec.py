@@ -62,7 +62,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         flow: the id of the flow it belongs to (``App.enqueue_flow``); None: none.
         trace: the trace context of the span that enqueued it (the W3C ``traceparent``
             and ``tracestate`` carrier, ``lockgate.otel``); None: not traced (omitted
-            from the entry).
+            from the entry). Any JSON object is read, so that a producer of another
+            version or language carrying more (not strings) never makes the job
+            undecodable; tracing reads its strings.
         secret: its task is declared ``secret_args=True``: displays show its arguments
             and result masked (:mod:`lockgate.core.masking`); omitted from the entry when
             False.
@@ -83,7 +85,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key_reserved: bool = False
     key: str | None = None
     flow: str | None = None
-    trace: dict[str, str] | None = None
+    trace: dict[str, Any] | None = None
     secret: bool = False
 
     @property

@@ -160,7 +160,9 @@ class OtelHooks:
         """A CONSUMER span around one run (see
         :meth:`lockgate.core.tracing.TraceHooks.process`); ``links``: the trace contexts
         of the runs it follows (a flow job's parents)."""
-        parent = propagate.extract(job.trace, context=Context()) if job.trace else Context()
+        # Only its strings: a producer of another version or language may carry more.
+        carrier = {k: v for k, v in job.trace.items() if isinstance(v, str)} if job.trace else {}
+        parent = propagate.extract(carrier, context=Context()) if carrier else Context()
         attributes: dict[str, Any] = {
             _SYSTEM: SYSTEM,
             _OPERATION_TYPE: "process",
