@@ -35,9 +35,9 @@ from lockgate.ops.deadletter import list_dead
 
 
 def namespace_keys(rclient: redis.Redis, namespace: str) -> list[bytes]:
-    """The namespace's keys but its partition record (written at the first call)."""
+    """The namespace's keys but its partition record and queue names (first call)."""
     found = rclient.scan_iter(match=f"lockgate:{{{namespace}}}:*", count=10_000)
-    return [key for key in found if not key.endswith(b":partitions")]
+    return [key for key in found if not key.endswith((b":partitions", b":queues"))]
 
 
 def marker_ttl_ms(rclient: redis.Redis, app: App, key: str) -> int | None:

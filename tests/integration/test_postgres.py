@@ -80,9 +80,10 @@ def prefix() -> Iterator[str]:
 
 
 def namespace_keys(rclient: redis.Redis, namespace: str) -> list[bytes]:
-    """The namespace's keys but its partition record (written at the first call)."""
+    """The namespace's keys but its partition record and queue names (written at the
+    first call)."""
     found = rclient.scan_iter(match=f"lockgate:{{{namespace}}}:*", count=10_000)
-    return [key for key in found if not key.endswith(b":partitions")]
+    return [key for key in found if not key.endswith((b":partitions", b":queues"))]
 
 
 def lock_waiting(monitor: psycopg.Connection[Any], pid: int) -> bool:
