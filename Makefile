@@ -47,10 +47,12 @@ prometheus:
 # Redis's command stats) run after them, alone. Both runs always run; either failing fails
 # the target; exit code 5 of the second is no serial test selected, no failure.
 # TEST_WORKERS=0 runs the first in one process; plain `pytest` runs everything serially.
-# --dist worksteal: a process that runs out of tests takes half of a busy one's queue (the
-# default hands each a long run of tests up front, and the slow ones kept one busy alone).
+# --dist loadfile: a test module's tests run in one process, one after another, handed out
+# module by module as processes free up (the default hands each process a long run of
+# tests up front: a run of slow ones kept one busy minutes after the others were done; a
+# module split between processes or stretches sets its module fixtures up again).
 TEST_WORKERS ?= 4
-XDIST = -n $(TEST_WORKERS) --dist worksteal
+XDIST = -n $(TEST_WORKERS) --dist loadfile
 test: install-test browser faketime prometheus
 	$(BIN)/pytest $(XDIST) -m "not serial"; status=$$?; \
 	$(BIN)/pytest -m serial || [ $$? = 5 ] || status=1; exit $$status

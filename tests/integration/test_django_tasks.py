@@ -67,6 +67,10 @@ def project(redis_url: str) -> Iterator[Any]:
             env.setenv("DJANGO_SETTINGS_MODULE", "django_tasks_project.settings")
             django.setup()
         with override_settings(TASKS=PROJECT_TASKS):
+            # Afresh: pytest-xdist may run this module's tests in two stretches of one
+            # process, setting this fixture up twice.
+            for name in ("django_tasks_project.tasks", "django_tasks_project.jobs"):
+                sys.modules.pop(name, None)
             tasks = importlib.import_module("django_tasks_project.tasks")
             from django_tasks_project.jobs import app, outboxed
 
