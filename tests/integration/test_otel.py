@@ -5,6 +5,7 @@ across attempts, put-backs, dead-letter replays and flows, and the ids in JSON l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -58,6 +59,24 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 
 def parent_of(span: ReadableSpan) -> int | None:
     return span.parent.span_id if span.parent is not None else None
+
+
+@contextlib.contextmanager
+def json_lines(*loggers: str) -> Iterator[list[dict[str, Any]]]:
+    """The lines the named loggers log meanwhile, as ``--log-format json`` writes them
+    (the list is filled when the block ends)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    for name in loggers:
+        logging.getLogger(name).addHandler(handler)
+    lines: list[dict[str, Any]] = []
+    try:
+        yield lines
+    finally:
+        for name in loggers:
+            logging.getLogger(name).removeHandler(handler)
+        lines += [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
 def ids(span: ReadableSpan | SpanContext) -> tuple[int, int]:
@@ -298,14 +317,8 @@ async def test_json_log_lines_carry_the_trace_and_span_ids(
     make_app: Callable[..., App], exporter: InMemorySpanExporter
 ) -> None:
     app = make_app()
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
     task_log = logging.getLogger("tests.otel.task")
-    task_log.addHandler(handler)
     task_log.setLevel(logging.INFO)
-    jobs_log = logging.getLogger("lockgate.jobs")
-    jobs_log.addHandler(handler)
 
     @app.task
     async def work() -> None:
@@ -315,14 +328,12 @@ async def test_json_log_lines_carry_the_trace_and_span_ids(
     worker = worker_for(app)
     worker.watchers.add(JobLog(app).enable())
     try:
-        await asyncio.wait_for(worker.run(burst=True), WAIT_TIMEOUT)
+        with json_lines("tests.otel.task", "lockgate.jobs") as lines:
+            await asyncio.wait_for(worker.run(burst=True), WAIT_TIMEOUT)
     finally:
-        task_log.removeHandler(handler)
-        jobs_log.removeHandler(handler)
-        jobs_log.setLevel(logging.NOTSET)
+        logging.getLogger("lockgate.jobs").setLevel(logging.NOTSET)
     (run,) = spans(exporter, "process default")
     trace_id, span_id = format(run.context.trace_id, "032x"), format(run.context.span_id, "016x")
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     inside = [line for line in lines if line["message"] == "inside"]
     ended = [line for line in lines if line["logger"] == "lockgate.jobs"]
     assert len(inside) == 1 and len(ended) == 1
@@ -336,24 +347,16 @@ async def test_the_workers_retry_and_dead_letter_lines_carry_their_runs_ids(
     make_app: Callable[..., App], exporter: InMemorySpanExporter
 ) -> None:
     app = make_app()
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    loop_log = logging.getLogger("lockgate.worker.loop")
-    loop_log.addHandler(handler)
 
     @app.task(retries=1, backoff=0)
     async def flaky() -> None:
         raise RuntimeError("down")
 
     flaky.enqueue()
-    try:
+    with json_lines("lockgate.worker.loop") as lines:
         await drain(app)
-    finally:
-        loop_log.removeHandler(handler)
     runs = sorted(spans(exporter, "process default"), key=lambda s: attrs(s)["lockgate.attempt"])
     assert len(runs) == 2
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     retry = [line for line in lines if "attempt 1 failed" in line["message"]]
     dead = [line for line in lines if "dead-letter queue" in line["message"]]
     assert len(retry) == 1 and len(dead) == 1, lines
