@@ -456,13 +456,20 @@ def test_each_worker_process_serves_its_own_process_series(
         workers = wait_until_sync(lambda: two_workers(base), message="two workers' series")
         # Each is one of the supervisor's children, named as the registry names it.
         assert {parent_of(pid_of(worker)) for worker in workers} == {supervisor.pid}
-        samples = scrape(base)
+        expected_gc = {(worker, generation) for worker in workers for generation in "012"}
+
+        def published() -> Samples | None:
+            """A scrape once both workers' GC series are there too (each worker publishes
+            its process series, then its GC ones: a scrape may fall between)."""
+            samples = scrape(base)
+            gc = by(samples, "python_gc_collections_total", "worker", "generation")
+            return samples if set(gc) == expected_gc else None
+
+        samples = wait_until_sync(published, message="both workers' GC series")
         for name in ("process_cpu_seconds_total", "process_start_time_seconds",
                      "process_virtual_memory_bytes", "process_open_fds"):  # fmt: skip
             assert worker_labels(samples, name) == workers, name
         assert all(value > 0 for value in of(samples, "process_resident_memory_bytes").values())
-        gc = by(samples, "python_gc_collections_total", "worker", "generation")
-        assert set(gc) == {(worker, generation) for worker in workers for generation in "012"}
         # Once for all: the build and the Python the supervisor and its workers run.
         assert by(samples, BUILD_INFO, "version", "python_version") == {
             (lockgate_version(), platform.python_version()): 1
