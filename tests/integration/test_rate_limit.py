@@ -114,9 +114,12 @@ async def test_an_idle_limiter_leaves_no_key(
     key = app.keys.rate_limit("report")
     async with running(worker_for(app)):
         await wait_until(lambda: ran, 5, "the first job ran")
-        assert limiter_keys(rclient, app) == [key.encode()]
-        # It lives until the next free start's turn (the second job reserved one).
-        assert 0 < rclient.pttl(key) <= 1000
+        # It lives until the next free start's turn (the second job reserved one), at
+        # most 1 s: gone already when this test was slower than that (a loaded machine),
+        # never kept without an expiry; and it is the only limiter key.
+        ttl = rclient.pttl(key)
+        assert 0 < ttl <= 1000 or ttl == -2, ttl
+        assert limiter_keys(rclient, app) in ([key.encode()], [])
         await wait_until(lambda: len(ran) == 2, 5, "the second job ran in its turn")
     await wait_until(lambda: not rclient.exists(key), 5, "the limiter expired")
 
