@@ -79,8 +79,12 @@ class Supervised:
         return self.log.read_text(errors="replace")
 
     def workers(self) -> set[int]:
-        """The running worker processes it started."""
-        return {pid for pid in children(self.pid) if "worker" in cmdline(pid)}
+        """The running worker processes it started (a child forked but not yet exec'd
+        still shows the supervisor's own command line: not one yet)."""
+        own = cmdline(self.pid)
+        return {
+            pid for pid in children(self.pid) if "worker" in (argv := cmdline(pid)) and argv != own
+        }
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM it and wait for its exit code."""
